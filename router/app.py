@@ -1,0 +1,77 @@
+"""The aiohttp application: routes, per-app state and its background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+
+from router import admin, handlers
+from router.config import RouterConfig
+from router.errors import openai_errors
+from router.health import HealthChecker
+from router.metrics import RouterMetrics
+from router.policies import make_policy
+from router.proxy import Proxy
+from router.residency.memory import MemoryResidency
+from router.state import ROUTER, RouterState
+from router.workers import WorkerPool
+
+
+def build_app(config: RouterConfig) -> web.Application:
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[openai_errors])
+    state = RouterState(
+        config=config,
+        pool=WorkerPool(),
+        policy=make_policy(config.policy, epsilon=config.bound_epsilon,
+                           min_match=config.min_match),
+        residency=MemoryResidency(default_capacity=config.residency_capacity),
+        metrics=RouterMetrics(),
+    )
+    for worker_id, url in config.workers:
+        state.pool.add(state.new_worker(worker_id, url, "static"))
+    app[ROUTER] = state
+    app.cleanup_ctx.append(_http_session)
+    app.cleanup_ctx.append(_residency)
+    app.cleanup_ctx.append(_health_checks)
+    app.router.add_post("/v1/chat/completions", handlers.chat_completions)
+    app.router.add_post("/v1/completions", handlers.completions)
+    app.router.add_post("/v1/embeddings", handlers.embeddings)
+    app.router.add_get("/v1/models", handlers.list_models)
+    app.router.add_get("/health", handlers.health)
+    app.router.add_get("/ready", handlers.ready)
+    app.router.add_get("/metrics", handlers.metrics)
+    admin.add_routes(app)
+    return app
+
+
+async def _http_session(app: web.Application) -> AsyncIterator[None]:
+    state = app[ROUTER]
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+    state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+    state.proxy = Proxy(state.session, state.config, state.metrics)
+    yield
+    await state.session.close()
+
+
+async def _residency(app: web.Application) -> AsyncIterator[None]:
+    residency = app[ROUTER].residency
+    await residency.start()
+    yield
+    await residency.close()
+
+
+async def _health_checks(app: web.Application) -> AsyncIterator[None]:
+    state = app[ROUTER]
+    assert state.session is not None
+    state.health = HealthChecker(state.pool, state.session, state.metrics,
+                                 state.config.health_interval_s, state.config.health_timeout_s)
+    await state.health.check_all()  # know who is up before the first request
+    task = asyncio.create_task(state.health.run())
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,75 @@
+"""``prefix-router serve`` (and ``demo``): start the gateway; bad config is one clear line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from router.app import build_app
+from router.config import ConfigError, RouterConfig, add_arguments, load_config
+
+log = logging.getLogger("router")
+
+
+async def serve(config: RouterConfig, stop: asyncio.Event | None = None) -> None:
+    """Serve until SIGINT/SIGTERM (or ``stop``); in-flight requests get time to finish."""
+    app = build_app(config)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
+    await site.start()
+    log.info("prefix-router listening on http://%s:%d (policy=%s, workers=%d, residency=%s)",
+             config.host, config.port, config.policy, len(config.workers),
+             "redis" if config.redis_url else "memory")
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+
+
+def _run(coro: object) -> None:
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)  # type: ignore[arg-type]
+    else:
+        uvloop.run(coro)  # type: ignore[arg-type]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="prefix-router", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_cmd = commands.add_parser("serve", help="run the gateway")
+    add_arguments(serve_cmd)
+    demo_cmd = commands.add_parser("demo", help="run the gateway in front of a local "
+                                   "simulated fleet and show requests being routed")
+    demo_cmd.add_argument("--workers", type=int, default=3, help="simulated workers to start")
+    demo_cmd.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        from router.demo import run_demo
+
+        logging.basicConfig(level=logging.WARNING, format="%(message)s")
+        _run(run_demo(args.workers, args.port))
+        return 0
+    try:
+        config = load_config(vars(args))
+    except ConfigError as exc:
+        print(f"prefix-router: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    _run(serve(config))
+    return 0

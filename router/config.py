@@ -1,0 +1,170 @@
+"""Router configuration: one dataclass, read from flags > PREFIX_ROUTER_* env > YAML > defaults.
+
+Every field is a flag (``--bound-epsilon``), an env var (``PREFIX_ROUTER_BOUND_EPSILON``) and
+a YAML key (``bound_epsilon``). Invalid values fail at start with one line naming the field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any
+
+import yaml
+
+from router.policies import POLICY_NAMES
+
+ENV_PREFIX = "PREFIX_ROUTER_"
+
+
+class ConfigError(ValueError):
+    """Raised with a message naming the bad field."""
+
+
+def _opt(default: Any, help: str, check: Callable[[Any], bool] | None = None,
+         rule: str = "") -> Any:
+    return field(default=default, metadata={"help": help, "check": check, "rule": rule})
+
+
+_POSITIVE = (lambda v: v > 0, "must be > 0")
+_NON_NEGATIVE = (lambda v: v >= 0, "must be >= 0")
+
+
+@dataclass(frozen=True)
+class RouterConfig:
+    host: str = _opt("127.0.0.1", "address to listen on (0.0.0.0 in a cluster)")
+    port: int = _opt(8000, "port to listen on", lambda v: 0 <= v < 65536, "must be a TCP port")
+    workers: tuple[tuple[str, str], ...] = _opt(
+        (), "upstream workers: URL[,URL...] or NAME=URL[,...]; ids default to w0, w1, ...")
+    policy: str = _opt("prefix_aware", "routing policy: " + ", ".join(POLICY_NAMES),
+                       lambda v: v in POLICY_NAMES, "must be one of " + ", ".join(POLICY_NAMES))
+    redis_url: str = _opt("", "Redis for shared residency/registry/load (empty: in memory)",
+                          lambda v: v == "" or v.split("://", 1)[0] in
+                          ("redis", "rediss", "unix"), "must be redis://, rediss:// or unix://")
+    redis_key_prefix: str = _opt("prefix-router:", "namespace prefix of every Redis key")
+    redis_timeout_ms: float = _opt(20.0, "per-call Redis timeout on the request path", *_POSITIVE)
+    residency_ttl_s: float = _opt(3600.0, "TTL of residency entries in Redis", *_POSITIVE)
+    discover: bool = _opt(False, "also take workers from the Redis registry")
+    registry_poll_s: float = _opt(1.0, "how often to re-read the Redis registry", *_POSITIVE)
+    load_publish_s: float = _opt(0.25, "how often to publish/read in-flight counts", *_POSITIVE)
+    scrape_interval_s: float = _opt(1.0, "how often to scrape workers' vllm:num_requests_*",
+                                    *_NON_NEGATIVE)
+    block_chars: int = _opt(256, "prompt block size for the hash chain, in UTF-8 bytes",
+                            *_POSITIVE)
+    max_blocks: int = _opt(256, "cap on chain blocks hashed per request", *_POSITIVE)
+    key_blocks: int = _opt(32, "ring key = chain link at block min(n, key_blocks)", *_POSITIVE)
+    bound_epsilon: float = _opt(0.25, "load bound slack: bound = ceil((1+eps)(L+1)/n)",
+                                *_POSITIVE)
+    min_match: int = _opt(1, "blocks a resident prefix must cover to count as warm", *_POSITIVE)
+    residency_capacity: int = _opt(65536, "tracked blocks per worker when it reports none",
+                                   *_POSITIVE)
+    connect_timeout_s: float = _opt(2.0, "upstream connect timeout", *_POSITIVE)
+    first_byte_timeout_s: float = _opt(120.0, "upstream time to response headers", *_POSITIVE)
+    idle_timeout_s: float = _opt(120.0, "upstream silence allowed between chunks", *_POSITIVE)
+    retry_attempts: int = _opt(3, "workers tried per request before giving up", *_POSITIVE)
+    retry_backoff_s: float = _opt(0.02, "base of the jittered backoff between tries",
+                                  *_NON_NEGATIVE)
+    max_body_bytes: int = _opt(32 * 1024 * 1024, "largest request body accepted", *_POSITIVE)
+    health_interval_s: float = _opt(2.0, "active /health check period", *_POSITIVE)
+    health_timeout_s: float = _opt(1.0, "active /health check timeout", *_POSITIVE)
+    breaker_threshold: int = _opt(3, "consecutive failures that open a worker's breaker",
+                                  *_POSITIVE)
+    breaker_cooldown_s: float = _opt(5.0, "open breaker waits this long before a probe",
+                                     *_POSITIVE)
+    router_headers: bool = _opt(True, "add X-Prefix-Router-Worker/-Reason to responses")
+    admin_token: str = _opt("", "bearer token for /admin (empty: admin routes are off)")
+    log_level: str = _opt("info", "debug, info, warning or error",
+                          lambda v: v in ("debug", "info", "warning", "error"),
+                          "must be debug, info, warning or error")
+
+
+def parse_workers(value: str | Sequence[Any]) -> tuple[tuple[str, str], ...]:
+    """'URL,URL' or 'NAME=URL,...' (or a YAML list of either / of {id, url}) -> ((id, url), ...)."""
+    items = [p.strip() for p in value.split(",")] if isinstance(value, str) else list(value)
+    out: list[tuple[str, str]] = []
+    for index, item in enumerate(i for i in items if i):
+        if isinstance(item, Mapping):
+            worker_id, url = str(item.get("id", f"w{index}")), str(item["url"])
+        elif "=" in item:
+            worker_id, url = item.split("=", 1)
+        else:
+            worker_id, url = f"w{index}", item
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"invalid config: workers: {url!r} is not an http(s) URL")
+        out.append((worker_id.strip(), url.rstrip("/")))
+    if len({w for w, _ in out}) != len(out):
+        raise ConfigError("invalid config: workers: duplicate worker id")
+    return tuple(out)
+
+
+def _coerce(name: str, kind: Any, raw: Any) -> Any:
+    if name == "workers":
+        return parse_workers(raw)
+    try:
+        if kind in (bool, "bool"):
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off", ""):
+                return False
+            raise ValueError(raw)
+        if kind in (int, "int"):
+            return int(raw)
+        if kind in (float, "float"):
+            return float(raw)
+        return str(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"invalid config: {name}: cannot read {raw!r} as "
+                          f"{getattr(kind, '__name__', kind)}") from None
+
+
+def _validate(config: RouterConfig) -> RouterConfig:
+    for f in fields(config):
+        check = f.metadata.get("check")
+        value = getattr(config, f.name)
+        if check is not None and not check(value):
+            raise ConfigError(f"invalid config: {f.name}: {f.metadata['rule']} (got {value!r})")
+    return config
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML file with any of the settings below")
+    for f in fields(RouterConfig):
+        flag = "--" + f.name.replace("_", "-")
+        parser.add_argument(flag, dest=f.name, default=None,
+                            help=f"{f.metadata['help']} [env {ENV_PREFIX}{f.name.upper()}]")
+
+
+def load_config(args: Mapping[str, Any], env: Mapping[str, str] | None = None) -> RouterConfig:
+    """Merge defaults < YAML < env < flags, coerce, validate."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    path = args.get("config") or env.get(ENV_PREFIX + "CONFIG")
+    known = {f.name: f for f in fields(RouterConfig)}
+    if path:
+        try:
+            with open(path) as fh:
+                loaded = yaml.safe_load(fh) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"invalid config: config: cannot read {path}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"invalid config: config: {path} must hold a mapping")
+        for key, raw in loaded.items():
+            name = str(key).replace("-", "_")
+            if name not in known:
+                raise ConfigError(f"invalid config: {key}: unknown setting in {path}")
+            values[name] = raw
+    for name in known:
+        if (raw := env.get(ENV_PREFIX + name.upper())) is not None:
+            values[name] = raw
+        if (raw := args.get(name)) is not None:
+            values[name] = raw
+    coerced = {name: _coerce(name, known[name].type, raw) for name, raw in values.items()}
+    for name, f in known.items():
+        if name not in coerced and f.default is MISSING:
+            raise ConfigError(f"invalid config: {name}: required")
+    return _validate(RouterConfig(**coerced))

@@ -1,0 +1,128 @@
+"""Routing keys: the block-hash chain of a prompt and the key that places it on the ring.
+
+The chain approximates vLLM's prefix cache in the text domain: fixed blocks of the
+canonical prompt, each hash chained to its parent, only full blocks hashed. Two prompts
+that share their leading text share the leading links of their chains, so residency can
+be matched without a tokenizer.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Any
+
+import orjson
+
+CONTEXT_HASH_RE = re.compile(r"[0-9a-fA-F]{8,64}")
+HASH_BYTES = 8
+
+
+class InvalidPrompt(ValueError):
+    """The body does not hold a prompt this router can read (becomes a 400)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingKey:
+    """``key`` places the request on the ring; ``chain`` matches residency."""
+
+    key: str
+    chain: tuple[bytes, ...]
+    explicit: bool  # True when the client named its context with X-Context-Hash
+
+
+def block_chain(data: bytes, block_size: int, max_blocks: int, seed: bytes) -> tuple[bytes, ...]:
+    """Chained 8-byte blake2b hashes of the full blocks of data (at most max_blocks)."""
+    n = min(len(data) // block_size, max_blocks)
+    chain: list[bytes] = []
+    parent = seed
+    view = memoryview(data)
+    for i in range(n):
+        parent = blake2b(view[i * block_size : (i + 1) * block_size], digest_size=HASH_BYTES,
+                         key=parent).digest()
+        chain.append(parent)
+    return tuple(chain)
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text")
+                parts.append(text if isinstance(text, str) else orjson.dumps(part).decode())
+            else:
+                parts.append(str(part))
+        return "".join(parts)
+    return orjson.dumps(content).decode()
+
+
+def chat_prompt_bytes(body: dict[str, Any]) -> bytes:
+    """Canonical text of a chat request in the order the engine sees it: tools, then messages."""
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise InvalidPrompt("'messages' must be a non-empty array")
+    pieces: list[str] = []
+    tools = body.get("tools")
+    if tools:
+        pieces.append("<|tools|>" + orjson.dumps(tools, option=orjson.OPT_SORT_KEYS).decode())
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise InvalidPrompt("each message must be an object with a string 'role'")
+        pieces.append(f"<|{message['role']}|>{_content_text(message.get('content'))}")
+        if message.get("tool_calls"):
+            pieces.append(orjson.dumps(message["tool_calls"], option=orjson.OPT_SORT_KEYS).decode())
+    return "".join(pieces).encode()
+
+
+def completion_prompt_bytes(body: dict[str, Any]) -> bytes:
+    """Canonical bytes of a completions prompt: UTF-8 text, or packed int32 token ids."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str):
+        return prompt.encode()
+    if isinstance(prompt, list) and prompt:
+        first = prompt[0]
+        if isinstance(first, int):
+            return _token_bytes(prompt)
+        if isinstance(first, str):  # a batch: route on its first prompt
+            return first.encode()
+        if isinstance(first, list):
+            return _token_bytes(first)
+    raise InvalidPrompt("'prompt' must be a string, an array of strings or of token ids")
+
+
+def _token_bytes(tokens: Sequence[Any]) -> bytes:
+    try:
+        return array("i", tokens).tobytes()
+    except (TypeError, OverflowError) as exc:
+        raise InvalidPrompt("token ids must be integers") from exc
+
+
+def valid_context_hash(value: str) -> bool:
+    return CONTEXT_HASH_RE.fullmatch(value) is not None
+
+
+def explicit_key(context_hash: str) -> RoutingKey:
+    """The client named its context: route and match residency on that name alone."""
+    normalised = context_hash.lower()
+    return RoutingKey(key=normalised, chain=(bytes.fromhex(normalised.zfill(16)[-16:]),),
+                      explicit=True)
+
+
+def prompt_key(prompt: bytes, model: str, block_size: int, max_blocks: int,
+               key_blocks: int) -> RoutingKey:
+    """Key from the prompt itself: the chain link at block min(n, key_blocks)."""
+    seed = blake2b(model.encode(), digest_size=HASH_BYTES).digest()
+    chain = block_chain(prompt, block_size, max_blocks, seed)
+    if chain:
+        anchor = chain[min(len(chain), key_blocks) - 1]
+    else:  # shorter than one block: nothing to share, spread by the whole text
+        anchor = blake2b(prompt, digest_size=HASH_BYTES, key=seed).digest()
+    return RoutingKey(key=anchor.hex(), chain=chain, explicit=False)

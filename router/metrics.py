@@ -1,0 +1,53 @@
+"""Prometheus metrics of one router app, in its own registry (no process-global state)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+
+
+class RouterMetrics:
+    """Names follow DESIGN.md's observability list, prefixed ``prefix_router_``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter("prefix_router_requests", "Requests answered, by route, worker "
+                                "and status", ["route", "worker", "status"], registry=r)
+        self.decisions = Counter("prefix_router_routing_decisions", "Routing decisions by policy "
+                                 "and reason (warm, ring, spill, failover, ...)",
+                                 ["policy", "reason"], registry=r)
+        self.decision_mode = Counter("prefix_router_routing_key_source", "Where the routing key "
+                                     "came from (header, prompt)", ["source"], registry=r)
+        self.retries = Counter("prefix_router_retries", "Attempts moved to another worker, by "
+                               "cause", ["cause"], registry=r)
+        self.latency = Histogram("prefix_router_request_latency_seconds", "Request latency "
+                                 "through the router", ["route"], buckets=LATENCY_BUCKETS,
+                                 registry=r)
+        self.ttfb = Histogram("prefix_router_time_to_first_byte_seconds", "Time to the first "
+                              "response byte from upstream", ["route"], buckets=LATENCY_BUCKETS,
+                              registry=r)
+        self.in_flight = Gauge("prefix_router_worker_in_flight", "Requests in flight per worker "
+                               "(this router)", ["worker"], registry=r)
+        self.healthy = Gauge("prefix_router_worker_healthy", "1 when the worker passes health "
+                             "checks", ["worker"], registry=r)
+        self.residency = Counter("prefix_router_residency_lookups", "Routing decisions that "
+                                 "found the prompt warm on the chosen worker (hit) or not (miss)",
+                                 ["result"], registry=r)
+        self.redis_errors = Counter("prefix_router_redis_errors", "Redis calls that failed or "
+                                    "timed out, by operation", ["op"], registry=r)
+        self.redis_latency = Histogram("prefix_router_redis_latency_seconds", "Redis call "
+                                       "latency by operation", ["op"],
+                                       buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+                                                0.1), registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def forget_worker(self, worker_id: str) -> None:
+        for gauge in (self.in_flight, self.healthy):
+            with contextlib.suppress(KeyError):
+                gauge.remove(worker_id)

@@ -1,0 +1,167 @@
+"""Forwarding to workers: original bytes out, bytes streamed back, failover before the first byte.
+
+A non-streamed answer is read whole before the client sees a byte, so any upstream failure
+(connect, 5xx, timeout, a cut body) moves it to the next ranked worker and nothing is lost.
+A stream is committed to a worker by its first chunk; after that a failure ends it with an
+SSE error event. In-flight counts run from dispatch to the last byte, and a client that goes
+away cancels the handler (``handler_cancellation``), which closes the upstream connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+from multidict import CIMultiDict
+
+from router.config import RouterConfig
+from router.errors import error_response, sse_error_event
+from router.metrics import RouterMetrics
+from router.workers import Worker
+
+log = logging.getLogger(__name__)
+
+HOP_BY_HOP = frozenset({
+    "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
+    "upgrade", "proxy-authorization", "proxy-authenticate", "x-context-hash",
+})
+RESPONSE_SKIP = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding",
+                           "date", "server"})
+
+
+class UpstreamFailure(Exception):
+    """A try that failed before the client saw a byte; ``status`` is what the client gets."""
+
+    def __init__(self, status: int, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.cause = cause
+
+
+@dataclass(slots=True)
+class Outcome:
+    response: web.StreamResponse
+    worker: Worker | None
+    attempts: int
+
+
+class Proxy:
+    def __init__(self, session: aiohttp.ClientSession, config: RouterConfig,
+                 metrics: RouterMetrics) -> None:
+        self._session = session
+        self._config = config
+        self._metrics = metrics
+        self._timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_s,
+                                              sock_read=config.idle_timeout_s)
+
+    async def forward(self, request: web.Request, path: str, body: bytes,
+                      ranked: Sequence[Worker], stream: bool, request_id: str,
+                      reason: str) -> Outcome:
+        headers = upstream_headers(request.headers, {"X-Request-Id": request_id})
+        failure = UpstreamFailure(503, "no worker could take the request", "none")
+        tries = ranked[: self._config.retry_attempts]
+        for attempt, worker in enumerate(tries):
+            if attempt:
+                self._metrics.retries.labels(failure.cause).inc()
+                await asyncio.sleep(self._config.retry_backoff_s * attempt * random.random())
+            reply = {"X-Request-Id": request_id}
+            if self._config.router_headers:
+                reply["X-Prefix-Router-Worker"] = worker.id
+                reply["X-Prefix-Router-Reason"] = reason if attempt == 0 else "failover"
+            try:
+                response = await self._try(request, worker, path, body, headers, stream, reply)
+                return Outcome(response, worker, attempt + 1)
+            except UpstreamFailure as exc:
+                log.warning("worker %s failed (%s): %s", worker.id, exc.cause, exc)
+                failure = exc
+        response = error_response(failure.status, str(failure), code=failure.cause,
+                                  retry_after=1 if failure.status == 503 else None,
+                                  headers={"X-Request-Id": request_id})
+        return Outcome(response, None, len(tries))
+
+    async def _try(self, request: web.Request, worker: Worker, path: str, body: bytes,
+                   headers: CIMultiDict[str], stream: bool,
+                   reply_headers: dict[str, str]) -> web.StreamResponse:
+        worker.in_flight += 1
+        worker.routed += 1
+        worker.breaker.on_dispatch()
+        gauge = self._metrics.in_flight.labels(worker.id)
+        gauge.set(worker.in_flight)
+        started = time.perf_counter()
+        upstream: aiohttp.ClientResponse | None = None
+        try:
+            try:
+                async with asyncio.timeout(self._config.first_byte_timeout_s):
+                    upstream = await self._session.post(worker.url + path, data=body,
+                                                        headers=headers, timeout=self._timeout)
+                    if upstream.status >= 500:
+                        text = (await upstream.read())[:500].decode(errors="replace")
+                        raise UpstreamFailure(502, f"worker {worker.id} answered "
+                                              f"{upstream.status}: {text}", "upstream_5xx")
+                    if stream and upstream.status == 200:
+                        first = await upstream.content.readany()
+                        if not first:
+                            raise UpstreamFailure(502, f"worker {worker.id} closed the stream "
+                                                  "before its first byte", "upstream_closed")
+                    else:
+                        first = await upstream.read()
+            except TimeoutError:
+                raise UpstreamFailure(504, f"worker {worker.id} timed out before its first "
+                                      "byte", "upstream_timeout") from None
+            except aiohttp.ClientError as exc:
+                raise UpstreamFailure(502, f"worker {worker.id} unreachable: {exc!r}",
+                                      "upstream_unreachable") from None
+            self._metrics.ttfb.labels(path).observe(time.perf_counter() - started)
+            worker.breaker.on_success()
+            reply = copy_response_headers(upstream.headers, reply_headers)
+            if not (stream and upstream.status == 200):
+                return web.Response(status=upstream.status, body=first, headers=reply)
+            return await self._relay(request, upstream, first, reply, worker)
+        except UpstreamFailure:
+            worker.breaker.on_failure()
+            raise
+        finally:
+            if upstream is not None:
+                upstream.close()
+            worker.in_flight -= 1
+            gauge.set(worker.in_flight)
+
+    async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                     first: bytes, headers: CIMultiDict[str], worker: Worker) -> web.StreamResponse:
+        response = web.StreamResponse(status=upstream.status, headers=headers)
+        await response.prepare(request)
+        await response.write(first)
+        try:
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            if not upstream.content.is_eof():
+                raise aiohttp.ClientPayloadError("stream ended early")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("stream from worker %s broke after its first byte: %r", worker.id, exc)
+            worker.breaker.on_failure()
+            await response.write(sse_error_event(502, f"upstream worker {worker.id} failed "
+                                                 f"mid-stream: {exc!r}", "upstream_stream_broken"))
+        await response.write_eof()
+        return response
+
+
+def upstream_headers(incoming: CIMultiDict[str] | object,
+                     extra: dict[str, str]) -> CIMultiDict[str]:
+    headers: CIMultiDict[str] = CIMultiDict(
+        (k, v) for k, v in incoming.items() if k.lower() not in HOP_BY_HOP)  # type: ignore[attr-defined]
+    headers.update(extra)
+    return headers
+
+
+def copy_response_headers(upstream: CIMultiDict[str] | object,
+                          extra: dict[str, str]) -> CIMultiDict[str]:
+    headers: CIMultiDict[str] = CIMultiDict(
+        (k, v) for k, v in upstream.items() if k.lower() not in RESPONSE_SKIP)  # type: ignore[attr-defined]
+    headers.update(extra)
+    return headers

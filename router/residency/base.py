@@ -1,0 +1,42 @@
+"""The residency interface shared by the in-memory and the Redis store."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+
+class ResidencyStore(Protocol):
+    """Chains are sequences of block hashes; residency is monotone along a chain."""
+
+    async def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> dict[str, int]:
+        """Longest resident prefix of ``chain`` (in blocks) per worker; one round trip at most."""
+        ...
+
+    def record(self, worker_id: str, chain: Sequence[bytes]) -> None:
+        """Note that worker now holds chain warm; must not block (writes are batched)."""
+        ...
+
+    def set_capacity(self, worker_id: str, blocks: int) -> None:
+        """Cap a worker's tracked blocks so the picture mirrors the engine's LRU."""
+        ...
+
+    def forget(self, worker_id: str) -> None:
+        """Drop a removed worker's blocks."""
+        ...
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+def longest_prefix(chain: Sequence[bytes], resident: object) -> int:
+    """Binary search for the longest leading run of chain found in ``resident`` (``in``)."""
+    lo, hi = 0, len(chain)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if chain[mid - 1] in resident:  # type: ignore[operator]
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

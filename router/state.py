@@ -1,0 +1,38 @@
+"""Per-app router state, reached through an aiohttp AppKey (no module-level globals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from router.breaker import CircuitBreaker
+from router.config import RouterConfig
+from router.health import HealthChecker
+from router.metrics import RouterMetrics
+from router.policies import Policy
+from router.proxy import Proxy
+from router.residency.base import ResidencyStore
+from router.workers import Worker, WorkerPool
+
+
+@dataclass
+class RouterState:
+    config: RouterConfig
+    pool: WorkerPool
+    policy: Policy
+    residency: ResidencyStore
+    metrics: RouterMetrics
+    session: aiohttp.ClientSession | None = None
+    proxy: Proxy | None = None
+    health: HealthChecker | None = None
+
+    def new_worker(self, worker_id: str, url: str, source: str,
+                   models: frozenset[str] = frozenset()) -> Worker:
+        cfg = self.config
+        return Worker(id=worker_id, url=url, models=models, source=source,
+                      breaker=CircuitBreaker(cfg.breaker_threshold, cfg.breaker_cooldown_s))
+
+
+ROUTER = web.AppKey("router", RouterState)

@@ -1,0 +1,95 @@
+"""The router's view of its workers: identity, health, load and where they came from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from router.breaker import CircuitBreaker
+
+
+@dataclass(eq=False, slots=True)
+class Worker:
+    """One upstream engine. ``load`` is what the bounded-load policy counts."""
+
+    id: str
+    url: str
+    models: frozenset[str] = frozenset()
+    source: str = "static"  # static | registry | admin
+    healthy: bool = False
+    draining: bool = False
+    in_flight: int = 0  # this router's requests, dispatch to last byte
+    external_load: int = 0  # other replicas' in-flight and the engine's own queue
+    routed: int = 0
+    capacity_blocks: int = 0  # engine KV capacity in engine blocks (0 = unknown)
+    block_size: int = 16
+    breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+
+    @property
+    def load(self) -> int:
+        return self.in_flight + self.external_load
+
+    def serves(self, model: str | None) -> bool:
+        """A worker whose model list is not known yet is assumed to serve anything."""
+        return model is None or not self.models or model in self.models
+
+    def routable(self) -> bool:
+        return self.healthy and not self.draining and self.breaker.allows()
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "url": self.url,
+            "models": sorted(self.models),
+            "source": self.source,
+            "healthy": self.healthy,
+            "draining": self.draining,
+            "breaker": self.breaker.state.value,
+            "in_flight": self.in_flight,
+            "external_load": self.external_load,
+            "routed": self.routed,
+            "capacity_blocks": self.capacity_blocks,
+        }
+
+
+class WorkerPool:
+    """Workers by id; membership changes bump ``version`` so policies can cache their rings."""
+
+    def __init__(self) -> None:
+        self._workers: dict[str, Worker] = {}
+        self.version = 0
+
+    def __iter__(self) -> Iterator[Worker]:
+        return iter(list(self._workers.values()))
+
+    def __len__(self) -> int:
+        return len(self._workers)
+
+    def get(self, worker_id: str) -> Worker | None:
+        return self._workers.get(worker_id)
+
+    def add(self, worker: Worker) -> Worker:
+        existing = self._workers.get(worker.id)
+        if existing is not None and existing.url == worker.url:
+            return existing
+        self._workers[worker.id] = worker
+        self.version += 1
+        return worker
+
+    def remove(self, worker_id: str) -> Worker | None:
+        worker = self._workers.pop(worker_id, None)
+        if worker is not None:
+            self.version += 1
+        return worker
+
+    def candidates(self, model: str | None) -> list[Worker]:
+        return [w for w in self._workers.values() if w.serves(model) and w.routable()]
+
+    def knows_model(self, model: str) -> bool:
+        return any(w.serves(model) for w in self._workers.values())
+
+    def models(self) -> list[str]:
+        return sorted({m for w in self._workers.values() for m in w.models})
+
+    def any_healthy(self) -> bool:
+        return any(w.healthy and not w.draining for w in self._workers.values())
