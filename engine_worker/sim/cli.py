@@ -1,0 +1,124 @@
+"""``prefix-sim`` / ``python -m engine_worker.sim``: run one simulated vLLM server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Sequence
+
+from aiohttp import web
+
+from engine_worker.sim.clock import ScaledClock
+from engine_worker.sim.engine import Engine, EngineConfig
+from engine_worker.sim.profiles import load_profile
+from engine_worker.sim.server import Faults, SimServer
+from engine_worker.sim.tokenizer import load_tokenizer
+
+log = logging.getLogger("prefix_sim")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="prefix-sim", description=__doc__)
+    a = p.add_argument
+    a("--host", default="127.0.0.1")
+    a("--port", type=int, default=8000)
+    a("--model", default="sim-model", help="served model name")
+    a("--profile", default="llama-3-8b@h100-80gb", help="MODEL@GPU from profiles.yaml")
+    a("--tokenizer", default=None, help="local Hugging Face tokenizer directory (optional)")
+    a("--block-size", type=int, default=16)
+    a("--num-gpu-blocks", type=int, default=None, help="default: derived from the profile")
+    a("--gpu-memory-utilization", type=float, default=0.9)
+    a("--max-num-seqs", type=int, default=256)
+    a("--max-num-batched-tokens", type=int, default=8192)
+    a("--max-model-len", type=int, default=None)
+    a("--preemption-mode", choices=["recompute", "swap"], default="recompute")
+    a("--cpu-offload-gb", type=float, default=0.0, help="LMCache-like CPU tier size")
+    a("--prefix-caching-hash-algo", choices=["sha256", "sha256_cbor"], default="sha256_cbor")
+    a("--time-scale", type=float, default=1.0, help="real seconds per simulated second")
+    a("--kv-events-endpoint", default=None, help="e.g. tcp://*:5557 (off by default)")
+    a("--kv-events-topic", default="")
+    a("--kv-events-format", choices=["map", "array"], default="map")
+    a("--kv-events-int-hashes", action="store_true")
+    a("--fail-rate", type=float, default=0.0)
+    a("--fail-after", type=int, default=0)
+    a("--stall-ms", type=float, default=0.0)
+    a("--seed", type=int, default=0)
+    a("--register-redis", default=None, help="redis URL to register this worker in")
+    a("--worker-id", default=None, help="default: sim-<port>")
+    a("--advertise-url", default=None, help="default: http://host:port")
+    a("--drain-timeout", type=float, default=30.0)
+    a("--log-level", default="INFO")
+    return p
+
+
+async def serve(args: argparse.Namespace) -> None:
+    profile = load_profile(args.profile)
+    config = EngineConfig(model_name=args.model, block_size=args.block_size,
+                          num_gpu_blocks=args.num_gpu_blocks,
+                          gpu_memory_utilization=args.gpu_memory_utilization,
+                          max_num_seqs=args.max_num_seqs,
+                          max_num_batched_tokens=args.max_num_batched_tokens,
+                          max_model_len=args.max_model_len,
+                          preemption_mode=args.preemption_mode,
+                          cpu_offload_gb=args.cpu_offload_gb,
+                          hash_algo=args.prefix_caching_hash_algo, seed=args.seed)
+    engine = Engine(profile, config, ScaledClock(args.time_scale))
+    publisher = None
+    if args.kv_events_endpoint:
+        from engine_worker.sim.kv_events import ZmqKVEventPublisher
+
+        publisher = ZmqKVEventPublisher(args.kv_events_endpoint, args.kv_events_topic,
+                                        args.kv_events_format, args.kv_events_int_hashes)
+        engine.add_kv_listener(publisher.on_event)
+    tokenizer = load_tokenizer(args.tokenizer, profile.model.vocab)
+    server = SimServer(engine, tokenizer, Faults(args.fail_rate, args.fail_after, args.stall_ms),
+                       args.seed)
+    runner = web.AppRunner(server.app(), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, args.host, args.port).start()
+    url = args.advertise_url or f"http://{args.host}:{args.port}"
+    registration = None
+    if args.register_redis:
+        from engine_worker.registration import Registration
+        from router.registry import WorkerRecord
+
+        record = WorkerRecord(id=args.worker_id or f"sim-{args.port}", url=url,
+                              models=(args.model,), block_size=args.block_size,
+                              capacity_blocks=engine.num_gpu_blocks,
+                              kv_events_endpoint=args.kv_events_endpoint or "",
+                              extra={"profile": profile.name, "engine": "prefix-sim"})
+        registration = Registration(args.register_redis, record)
+        await registration.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    log.info("prefix-sim ready on http://%s:%s (model %s, profile %s, %d GPU blocks)",
+             args.host, args.port, args.model, profile.name, engine.num_gpu_blocks)
+    await stop.wait()
+    log.info("prefix-sim draining")
+    if registration is not None:
+        with contextlib.suppress(Exception):
+            await registration.drain()
+    await server.drain(args.drain_timeout)
+    if registration is not None:
+        await registration.stop()
+    await runner.cleanup()
+    await engine.stop()
+    if publisher is not None:
+        publisher.close()
+    log.info("prefix-sim stopped")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(message)s")
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

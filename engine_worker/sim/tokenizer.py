@@ -1,0 +1,64 @@
+"""Tokenizers: a cheap deterministic one by default, a Hugging Face one on request.
+
+The default splits text into words (with their leading whitespace) and single punctuation
+characters, and maps each piece to ``1 + blake2b(piece) mod (vocab - 1)``. Equal text
+prefixes therefore give equal token prefixes, which is all prefix caching needs. A word
+longer than 6 characters is split into 4-character pieces so English text comes to roughly
+4 characters per token, like BPE tokenizers of Llama-3 class models.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Protocol
+
+_PIECE = re.compile(r"\s*[A-Za-z0-9\u00c0-\uffff]+|\s*[^\sA-Za-z0-9\u00c0-\uffff]|\s+$")
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+
+class SimTokenizer:
+    """Deterministic, dependency-free tokenizer (~4 characters/token on English)."""
+
+    def __init__(self, vocab_size: int = 32000, max_piece: int = 6) -> None:
+        self.vocab_size = vocab_size
+        self.max_piece = max_piece
+
+    def _pieces(self, text: str) -> list[str]:
+        out: list[str] = []
+        for match in _PIECE.finditer(text):
+            piece = match.group(0)
+            if len(piece) <= self.max_piece:
+                out.append(piece)
+            else:
+                out.extend(piece[i:i + 4] for i in range(0, len(piece), 4))
+        return out
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for piece in self._pieces(text):
+            digest = hashlib.blake2b(piece.encode(), digest_size=8).digest()
+            ids.append(1 + int.from_bytes(digest, "big") % (self.vocab_size - 1))
+        return ids
+
+
+class HFTokenizer:
+    """A real tokenizer from a local directory; transformers is imported only when used."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            from transformers import AutoTokenizer
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise SystemExit("--tokenizer needs the 'transformers' package") from exc
+        self._tok = AutoTokenizer.from_pretrained(path)
+        self.vocab_size = int(self._tok.vocab_size)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._tok.encode(text, add_special_tokens=False))
+
+
+def load_tokenizer(path: str | None, vocab_size: int) -> SimTokenizer | HFTokenizer:
+    return HFTokenizer(path) if path else SimTokenizer(vocab_size)
