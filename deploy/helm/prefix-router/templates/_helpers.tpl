@@ -124,7 +124,10 @@ Call with (dict "root" $ "host" "0.0.0.0").
 {{- end }}
 - name: PREFIX_ROUTER_LOG_LEVEL
   value: {{ $v.router.logLevel | quote }}
+{{- /* KEY_PREFIX is the documented name; router/config.py reads REDIS_KEY_PREFIX. */}}
 - name: PREFIX_ROUTER_KEY_PREFIX
+  value: {{ $v.keyPrefix | quote }}
+- name: PREFIX_ROUTER_REDIS_KEY_PREFIX
   value: {{ $v.keyPrefix | quote }}
 {{- if include "prefix-router.hasRedis" .root }}
 {{ include "prefix-router.redisEnv" .root }}
@@ -169,7 +172,7 @@ seccompProfile:
 
 {{/*
 The selected profile's LMCache YAML for one worker (call with (dict "root" $ "w" $worker)):
-the chart's copy of lmcache_config/<profile>.yaml, then what the chart wires (remote
+the chart's copy of lmcache_config/<profile>.yaml (files/lmcache/, kept identical by a test), then what the chart wires (remote
 address, tier sizes, disk path), then the model's own lmcache.config overrides.
 */}}
 {{- define "prefix-router.lmcacheConfig" -}}
@@ -190,10 +193,7 @@ address, tier sizes, disk path), then the model's own lmcache.config overrides.
 {{- else if eq $lm.profile "redis-remote" -}}
 {{- $url := $root.Values.lmcache.redisUrl -}}
 {{- if not $url -}}
-{{- if not $root.Values.redis.enabled -}}
-{{- fail (printf "worker %s uses LMCache profile redis-remote: set lmcache.redisUrl (or redis.enabled)" .w.name) -}}
-{{- end -}}
-{{- $url = printf "redis://%s:6379" (include "prefix-router.redisHost" $root) -}}
+{{- fail (printf "worker %s uses LMCache profile redis-remote: set lmcache.redisUrl (a Redis of its own, not the routing one)" .w.name) -}}
 {{- end -}}
 {{- $_ := set $wired "remote_url" $url -}}
 {{- else if eq $lm.profile "p2p" -}}
