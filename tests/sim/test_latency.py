@@ -1,0 +1,86 @@
+"""The latency model reproduces its inputs (computed here independently from the YAML)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from engine_worker.sim import Engine, EngineConfig, VirtualClock
+from engine_worker.sim.profiles import load_profile
+from engine_worker.sim.roofline import prefill_seconds
+
+YAML = Path(__file__).resolve().parents[2] / "engine_worker" / "sim" / "profiles.yaml"
+
+
+def test_kv_bytes_per_token_opt13b_at_2048_tokens_is_about_1_6_gb() -> None:
+    m = load_profile("opt-13b@a100-40gb").model
+    assert 1.6e9 <= m.kv_bytes_per_token * 2048 <= 1.7e9
+
+
+def independent_prefill(tokens: int) -> float:
+    raw = yaml.safe_load(YAML.read_text())
+    m, g, e = raw["models"]["llama-3-8b"], raw["gpus"]["h100-80gb"], raw["efficiency"]
+    params = float(m["params"])  # YAML 1.1 reads "8.03e9" as a string
+    linear = 2 * params * tokens
+    attention = 4 * m["layers"] * m["heads"] * m["head_dim"] * tokens * (tokens + 1) / 2
+    compute = (linear + attention) / (g["bf16_tflops"] * 1e12 * e["compute"])
+    memory = params * m["bytes_per_elt"] / (g["hbm_gbps"] * 1e9 * e["memory"])
+    return max(compute, memory) + e["step_overhead_ms"] / 1000
+
+
+async def test_prefill_of_4096_tokens_matches_the_roofline() -> None:
+    expected = independent_prefill(4096)
+    profile = load_profile("llama-3-8b@h100-80gb")
+    assert abs(prefill_seconds(profile, 4096) - expected) < 1e-12
+    engine = Engine(profile, EngineConfig(hash_seed="0"), VirtualClock())
+    _, stats = await engine.generate(list(range(1, 4097)), max_tokens=1)
+    await engine.stop()
+    assert stats.ttft is not None
+    assert abs(stats.ttft - expected) < 1e-9
+
+
+async def test_warm_3000_token_prefix_cuts_ttft_at_least_5x() -> None:
+    engine = Engine("llama-3-8b@h100-80gb", EngineConfig(hash_seed="0"), VirtualClock())
+    doc = list(range(1, 3001))
+    _, cold = await engine.generate(doc + [5, 6, 7, 8], max_tokens=4)
+    _, warm = await engine.generate(doc + [9, 10, 11, 12], max_tokens=4)
+    await engine.stop()
+    assert cold.cached_tokens == 0 and warm.cached_tokens == 2992
+    assert cold.ttft is not None and warm.ttft is not None
+    assert cold.ttft >= 5 * warm.ttft
+
+
+async def test_preemption_by_recompute_and_swap_finish_every_request() -> None:
+    for mode in ("recompute", "swap"):
+        cfg = EngineConfig(num_gpu_blocks=12, preemption_mode=mode, hash_seed="0")
+        engine = Engine("tiny@l4", cfg, VirtualClock())
+        handles = [engine.submit([i + 1] * 40, max_tokens=60) for i in range(4)]
+        results = [await h.collect() for h in handles]
+        await engine.stop()
+        assert [len(r) for r in results] == [60] * 4
+        assert engine.counters.preemptions > 0
+        assert engine.kv.num_free_blocks == 12
+
+
+async def test_cpu_tier_serves_evicted_prefix_over_pcie() -> None:
+    cfg = EngineConfig(num_gpu_blocks=200, cpu_offload_gb=1.0, hash_seed="0")
+    engine = Engine("llama-3-8b@h100-80gb", cfg, VirtualClock())
+    doc = list(range(1, 2001))
+    _, cold = await engine.generate(doc, max_tokens=1)
+    await engine.generate(list(range(5001, 8001)), max_tokens=1)  # evicts doc from GPU
+    _, again = await engine.generate(doc, max_tokens=1)
+    await engine.stop()
+    assert again.gpu_cached_tokens < again.cached_tokens
+    assert again.ttft is not None and cold.ttft is not None and again.ttft < cold.ttft
+
+
+async def test_n_greater_than_one_shares_the_prompt_and_streams_are_deterministic() -> None:
+    engine = Engine("tiny@l4", EngineConfig(hash_seed="0", seed=3), VirtualClock())
+    events, stats = await engine.generate(list(range(1, 50)), max_tokens=5, n=3)
+    again, _ = await engine.generate(list(range(1, 50)), max_tokens=5, n=3)
+    await engine.stop()
+    assert sorted(e.index for e in events) == [0] * 5 + [1] * 5 + [2] * 5
+    assert stats.completion_tokens == 15
+    key = sorted((e.index, e.token_id) for e in events)
+    assert key == sorted((e.index, e.token_id) for e in again)
