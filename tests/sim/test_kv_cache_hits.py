@@ -43,8 +43,8 @@ def test_least_recently_used_free_block_is_evicted_first() -> None:
     run(kv, "old", old)
     run(kv, "new", new)
     run(kv, "third", [3] * 32)     # needs 2 blocks: evicts old's two, keeps new's
-    assert run(kv, "probe-new", new + [9]) == 32
-    assert run(kv, "probe-old", old + [9]) == 0
+    assert run(kv, "probe-new", [*new, 9]) == 32
+    assert run(kv, "probe-old", [*old, 9]) == 0
 
 
 def test_tail_blocks_of_a_sequence_are_evicted_before_its_head() -> None:

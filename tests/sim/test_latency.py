@@ -43,8 +43,8 @@ async def test_prefill_of_4096_tokens_matches_the_roofline() -> None:
 async def test_warm_3000_token_prefix_cuts_ttft_at_least_5x() -> None:
     engine = Engine("llama-3-8b@h100-80gb", EngineConfig(hash_seed="0"), VirtualClock())
     doc = list(range(1, 3001))
-    _, cold = await engine.generate(doc + [5, 6, 7, 8], max_tokens=4)
-    _, warm = await engine.generate(doc + [9, 10, 11, 12], max_tokens=4)
+    _, cold = await engine.generate([*doc, 5, 6, 7, 8], max_tokens=4)
+    _, warm = await engine.generate([*doc, 9, 10, 11, 12], max_tokens=4)
     await engine.stop()
     assert cold.cached_tokens == 0 and warm.cached_tokens == 2992
     assert cold.ttft is not None and warm.ttft is not None
