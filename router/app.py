@@ -11,32 +11,49 @@ from aiohttp import web
 
 from router import admin, handlers
 from router.config import RouterConfig
+from router.discovery import discovery_ctx
 from router.errors import openai_errors
 from router.health import HealthChecker
+from router.load import load_ctx
 from router.metrics import RouterMetrics
 from router.policies import make_policy
 from router.proxy import Proxy
+from router.redis_client import make_client, redis_ctx
+from router.residency.base import ResidencyStore
 from router.residency.memory import MemoryResidency
+from router.residency.redis import RedisResidency
 from router.state import ROUTER, RouterState
 from router.workers import WorkerPool
 
 
 def build_app(config: RouterConfig) -> web.Application:
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[openai_errors])
+    metrics = RouterMetrics()
+    redis = make_client(config.redis_url) if config.redis_url else None
+    residency: ResidencyStore = MemoryResidency(default_capacity=config.residency_capacity)
+    if redis is not None:
+        residency = RedisResidency(redis, metrics, key_prefix=config.redis_key_prefix,
+                                   ttl_s=config.residency_ttl_s,
+                                   timeout_ms=config.redis_timeout_ms,
+                                   default_capacity=config.residency_capacity)
     state = RouterState(
         config=config,
         pool=WorkerPool(),
         policy=make_policy(config.policy, epsilon=config.bound_epsilon,
                            min_match=config.min_match),
-        residency=MemoryResidency(default_capacity=config.residency_capacity),
-        metrics=RouterMetrics(),
+        residency=residency,
+        metrics=metrics,
+        redis=redis,
     )
     for worker_id, url in config.workers:
         state.pool.add(state.new_worker(worker_id, url, "static"))
     app[ROUTER] = state
     app.cleanup_ctx.append(_http_session)
+    app.cleanup_ctx.append(redis_ctx)  # closed after the residency store's last flush
     app.cleanup_ctx.append(_residency)
     app.cleanup_ctx.append(_health_checks)
+    app.cleanup_ctx.append(discovery_ctx)  # needs the health checker for new workers
+    app.cleanup_ctx.append(load_ctx)
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)
     app.router.add_post("/v1/completions", handlers.completions)
     app.router.add_post("/v1/embeddings", handlers.embeddings)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
+from redis.asyncio import Redis
 
 from router.breaker import CircuitBreaker
 from router.config import RouterConfig
@@ -27,6 +29,8 @@ class RouterState:
     session: aiohttp.ClientSession | None = None
     proxy: Proxy | None = None
     health: HealthChecker | None = None
+    redis: Redis | None = None  # shared client when ``config.redis_url`` is set
+    replica_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this router replica
 
     def new_worker(self, worker_id: str, url: str, source: str,
                    models: frozenset[str] = frozenset()) -> Worker:

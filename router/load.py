@@ -1,0 +1,202 @@
+"""Shared load: what the bounded-load policy must count beyond this replica's own in-flight.
+
+Two sources, both off the request path, both folded into ``Worker.external_load``:
+- other router replicas: each replica publishes ``{prefix}load:{replica}`` (a hash worker ->
+  in-flight, TTL 3 x ``load_publish_s``) and renews itself in the sorted set
+  ``{prefix}replicas`` (score = expiry, like the worker registry); it reads the other
+  live replicas' hashes in the same pipeline, so a tick is one round trip;
+- the engines themselves: ``vllm:num_requests_running + vllm:num_requests_waiting`` scraped
+  from each worker's ``/metrics`` every ``scrape_interval_s`` (with or without Redis),
+  which also sees traffic that bypasses the routers.
+
+external_load = max(sum of other replicas' in-flight, engine's running+waiting - ours):
+the two mostly count the same requests, so adding them would double count; the larger
+is the better lower bound of what else the worker is doing. Stale data (a replica or a
+scrape older than three periods) counts as zero so a dead peer cannot pin a worker's load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+import aiohttp
+from aiohttp import web
+from redis.asyncio import Redis
+
+from router.redis_client import timed
+from router.state import ROUTER, RouterState
+
+log = logging.getLogger(__name__)
+
+ENGINE_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def parse_engine_load(text: str) -> int | None:
+    """Sum of the engine's running and waiting gauges (all label sets); None if absent."""
+    total = 0.0
+    seen = False
+    for line in text.splitlines():
+        if not line.startswith(ENGINE_GAUGES):
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name not in ENGINE_GAUGES:
+            continue  # e.g. vllm:num_requests_running_total
+        try:
+            total += float(line.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        seen = True
+    return round(total) if seen else None
+
+
+class LoadView:
+    """Other replicas' and engines' load per worker, with freshness, applied to the pool."""
+
+    def __init__(self, state: RouterState) -> None:
+        self._state = state
+        self.others: dict[str, int] = {}
+        self.others_at = 0.0
+        self.engine: dict[str, tuple[int, float]] = {}
+
+    def apply(self) -> None:
+        cfg = self._state.config
+        now = time.monotonic()
+        others_fresh = now - self.others_at <= 3 * cfg.load_publish_s
+        engine_max_age = 3 * cfg.scrape_interval_s
+        for worker in self._state.pool:
+            others = self.others.get(worker.id, 0) if others_fresh else 0
+            excess = 0
+            if (scraped := self.engine.get(worker.id)) is not None \
+                    and now - scraped[1] <= engine_max_age:
+                excess = scraped[0] - worker.in_flight
+            worker.external_load = max(others, excess, 0)
+
+
+class LoadSharer:
+    """Publishes this replica's in-flight per worker and reads the other replicas'."""
+
+    def __init__(self, state: RouterState, redis: Redis, view: LoadView,
+                 replica_id: str | None = None) -> None:
+        self.replica_id = replica_id or uuid.uuid4().hex
+        self._state = state
+        self._redis = redis
+        self._view = view
+        prefix = state.config.redis_key_prefix
+        self._replicas_key = f"{prefix}replicas"
+        self._prefix = prefix
+        self._peers: list[str] = []  # other live replicas, as of the previous tick
+
+    def _load_key(self, replica_id: str) -> str:
+        return f"{self._prefix}load:{replica_id}"
+
+    async def run(self) -> None:
+        while True:
+            await self.tick()
+            await asyncio.sleep(self._state.config.load_publish_s)
+
+    async def tick(self) -> None:
+        try:
+            await timed(self._state.metrics, "load", self._exchange())
+        except Exception as exc:  # noqa: BLE001 - stale peers expire; try again next tick
+            log.debug("load exchange failed: %r", exc)
+        self._view.apply()
+
+    async def _exchange(self) -> None:
+        ttl_s = 3 * self._state.config.load_publish_s
+        now = time.time()
+        own = {w.id: w.in_flight for w in self._state.pool if w.in_flight}
+        key = self._load_key(self.replica_id)
+        peers = self._peers
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for peer in peers:
+                pipe.hgetall(self._load_key(peer))
+            pipe.delete(key)
+            if own:
+                pipe.hset(key, mapping=own)
+                pipe.pexpire(key, int(ttl_s * 1000))
+            pipe.zadd(self._replicas_key, {self.replica_id: now + ttl_s})
+            pipe.zremrangebyscore(self._replicas_key, "-inf", now)
+            pipe.zrangebyscore(self._replicas_key, now, "+inf")
+            pipe.pexpire(self._replicas_key, int(max(60.0, 10 * ttl_s) * 1000))
+            results = await pipe.execute()
+        others: dict[str, int] = {}
+        for raw in results[: len(peers)]:
+            for worker_id, count in raw.items():
+                wid = worker_id.decode()
+                others[wid] = others.get(wid, 0) + int(count)
+        live = results[-2]
+        self._peers = [r.decode() for r in live if r.decode() != self.replica_id]
+        self._view.others = others
+        self._view.others_at = time.monotonic()
+
+    async def withdraw(self) -> None:
+        """On shutdown: our in-flight is gone, don't let peers count it for a TTL."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(1.0), self._redis.pipeline(transaction=False) as pipe:
+                pipe.delete(self._load_key(self.replica_id))
+                pipe.zrem(self._replicas_key, self.replica_id)
+                await pipe.execute()
+
+
+class Scraper:
+    """Reads each worker's queue from its own /metrics (the engine's view of its load)."""
+
+    def __init__(self, state: RouterState, session: aiohttp.ClientSession,
+                 view: LoadView) -> None:
+        self._state = state
+        self._session = session
+        self._view = view
+        interval = state.config.scrape_interval_s
+        self._timeout = aiohttp.ClientTimeout(total=max(0.2, min(2.0, interval)))
+
+    async def run(self) -> None:
+        while True:
+            await self.scrape_all()
+            await asyncio.sleep(self._state.config.scrape_interval_s)
+
+    async def scrape_all(self) -> None:
+        workers = [w for w in self._state.pool if w.healthy]
+        await asyncio.gather(*(self._scrape(w.id, w.url) for w in workers))
+        live = {w.id for w in self._state.pool}
+        for worker_id in list(self._view.engine):
+            if worker_id not in live:
+                del self._view.engine[worker_id]
+        self._view.apply()
+
+    async def _scrape(self, worker_id: str, url: str) -> None:
+        try:
+            async with self._session.get(url + "/metrics", timeout=self._timeout) as resp:
+                if resp.status != 200:
+                    return
+                text = await resp.text()
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+            return
+        value = parse_engine_load(text)
+        if value is not None:
+            self._view.engine[worker_id] = (value, time.monotonic())
+
+
+async def load_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Scrape engines (``scrape_interval_s`` > 0) and share load through Redis (when set)."""
+    state = app[ROUTER]
+    view = LoadView(state)
+    tasks: list[asyncio.Task[None]] = []
+    sharer: LoadSharer | None = None
+    if state.redis is not None:
+        sharer = LoadSharer(state, state.redis, view, state.replica_id)
+        tasks.append(asyncio.create_task(sharer.run()))
+    if state.config.scrape_interval_s > 0 and state.session is not None:
+        tasks.append(asyncio.create_task(Scraper(state, state.session, view).run()))
+    yield
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    if sharer is not None:
+        await sharer.withdraw()

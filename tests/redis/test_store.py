@@ -1,0 +1,107 @@
+"""RedisResidency against a real redis-server: sharing, LRU capacity, TTL, outage, one EVALSHA."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from hashlib import blake2b
+
+from router.metrics import RouterMetrics
+from router.redis_client import make_client
+from router.residency.redis import RedisResidency
+
+
+def chain(name: str, n: int) -> tuple[bytes, ...]:
+    links, parent = [], name.encode()
+    for i in range(n):
+        parent = blake2b(str(i).encode(), digest_size=8, key=parent).digest()
+        links.append(parent)
+    return tuple(links)
+
+
+def store(url: str, **kw: object) -> RedisResidency:
+    opts = {"key_prefix": "t:", "ttl_s": 60.0, "timeout_ms": 200.0, **kw}
+    return RedisResidency(make_client(url), RouterMetrics(), **opts)  # type: ignore[arg-type]
+
+
+def errors(s: RedisResidency, op: str) -> float:
+    return s._metrics.redis_errors.labels(op)._value.get()
+
+
+async def test_two_stores_share_residency(redis_server) -> None:
+    a, b = store(redis_server.url), store(redis_server.url)
+    await a.start()
+    await b.start()
+    c = chain("doc", 20)
+    a.record("w1", c)
+    await a.flush()
+    assert await b.match(c, ["w0", "w1", "w2"]) == {"w1": 20}
+    other = (*c[:7], *chain("other", 5))  # shares the first 7 blocks
+    assert await b.match(other, ["w1"]) == {"w1": 7}
+    assert await b.match(chain("cold", 4), ["w1"]) == {}
+    for s in (a, b):
+        await s.close()
+        await s._redis.aclose()
+
+
+async def test_capacity_keeps_prefixes_and_keys_expire(redis_server) -> None:
+    s = store(redis_server.url, ttl_s=30.0)
+    s.set_capacity("w", 10)
+    old, new = chain("old", 8), chain("new", 6)
+    s.record("w", old)
+    await s.flush()
+    await asyncio.sleep(0.002)
+    s.record("w", new)
+    await s.flush()
+    r = redis_server.client()
+    assert r.zcard("t:res:w") == 10
+    # the newest chain is whole; the older one lost its tail, not its head
+    assert await s.match(new, ["w"]) == {"w": 6}
+    s.local.forget("w")  # ask Redis alone
+    assert await s.match(old, ["w"]) == {"w": 4}
+    assert 0 < r.pttl("t:res:w") <= 30_000
+    s.forget("w")
+    await s.flush()
+    assert not r.exists("t:res:w")
+    await s._redis.aclose()
+
+
+async def test_match_is_one_evalsha(redis_server) -> None:
+    s = store(redis_server.url)
+    r = redis_server.client()
+    s.record("w1", chain("x", 50))
+    await s.flush()
+    await s.match(chain("x", 50), ["w0"])  # loads the script once
+    r.config_resetstat()
+    for i in range(20):
+        await s.match(chain(f"q{i % 3}", 50), ["w0", "w1", "w2", "w3"])
+    stats = r.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] == 20
+    called = {k for k in stats if not k.startswith(("cmdstat_config", "cmdstat_info"))}
+    assert called <= {"cmdstat_evalsha", "cmdstat_zscore"}  # zscore: inside the script
+    await s._redis.aclose()
+
+
+async def test_outage_falls_back_to_local_and_writes_resume(redis_server) -> None:
+    s = store(redis_server.url, timeout_ms=50.0)
+    await s.start()
+    c = chain("doc", 10)
+    s.record("w1", c)
+    await s.flush()
+    redis_server.kill()
+    started = time.monotonic()
+    for _ in range(200):  # never raises; the local mirror answers
+        assert await s.match(c, ["w1", "w2"]) == {"w1": 10}
+    assert time.monotonic() - started < 5
+    assert 1 <= errors(s, "match") <= 10, "backoff: a dead Redis is not hit on every request"
+    s.record("w2", chain("during", 5))
+    redis_server.start()
+    deadline = time.monotonic() + 10
+    r = redis_server.client()
+    while not r.exists("t:res:w2") and time.monotonic() < deadline:
+        s.record("w2", chain("after", 5))
+        await s.match(c, ["w1"])
+        await asyncio.sleep(0.1)
+    assert r.zcard("t:res:w2") >= 5, "writes resume once Redis is back"
+    await s.close()
+    await s._redis.aclose()
