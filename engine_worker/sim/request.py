@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 _ids = itertools.count()
@@ -77,7 +77,7 @@ class Seq:
 class RequestHandle:
     """Async iterator of a request's TokenEvents; ``stats`` is final once it ends."""
 
-    def __init__(self, req: Request, abort: callable) -> None:  # type: ignore[valid-type]
+    def __init__(self, req: Request, abort: Callable[[Request], None]) -> None:
         self._req = req
         self._abort = abort
 
