@@ -91,6 +91,7 @@ class AsyncContextClient:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._session = session
+        self._session_loop: asyncio.AbstractEventLoop | None = None
         self._owns_session = session is None
         self._rng = rng or random.Random()
 
@@ -207,11 +208,28 @@ class AsyncContextClient:
         return aiohttp.ClientTimeout(total=limit, connect=self.connect_timeout)
 
     def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            if not self._owns_session:
+        """The pool, created on first use in the running loop.
+
+        A session cannot move between loops, and one whose loop has closed cannot even be
+        closed cleanly any more (its sockets would leak until garbage collection), so a
+        client used from a second loop raises instead of silently opening a new pool.
+        After `aclose()` the client may be used from a new loop."""
+        loop = asyncio.get_running_loop()
+        session = self._session
+        if session is not None and not self._owns_session:
+            if session.closed:
                 raise PrefixRouterError("the session passed to the client is closed")
-            self._session = aiohttp.ClientSession()
-        return self._session
+            return session  # the caller manages its session and its loop
+        if session is None or session.closed:
+            self._session = session = aiohttp.ClientSession()
+            self._session_loop = loop
+        elif self._session_loop is not loop:
+            raise PrefixRouterError(
+                "this AsyncContextClient's connection pool belongs to another event loop "
+                "(e.g. an earlier asyncio.run): create the client inside the loop that uses "
+                "it, `await client.aclose()` before leaving a loop, or use ContextClient "
+                "from synchronous code")
+        return session
 
     async def _send(self, method: str, path: str, body: dict[str, Any] | None, *,
                     headers: Mapping[str, str], stream: bool,
@@ -221,7 +239,8 @@ class AsyncContextClient:
         Retries happen only here, i.e. before the caller consumed any byte of a body."""
         session = self._get_session()
         all_headers = {**self._headers, **headers}
-        data = json.dumps(body).encode() if body is not None else None
+        # Raw UTF-8, not \u escapes: a non-Latin context would otherwise grow up to 6x.
+        data = json.dumps(body, ensure_ascii=False).encode() if body is not None else None
         if data is not None:
             all_headers.setdefault("Content-Type", "application/json")
         client_timeout = self._client_timeout(stream, limit)

@@ -27,6 +27,7 @@ class Seen:
     path: str
     headers: CIMultiDict[str]  # case-insensitive, as HTTP header names are
     body: Any
+    raw: bytes = b""
 
 
 @dataclass
@@ -48,7 +49,8 @@ class ScriptedServer:
             body = json.loads(raw) if raw else None
         except ValueError:
             body = raw
-        self.seen.append(Seen(request.method, request.path, CIMultiDict(request.headers), body))
+        self.seen.append(Seen(request.method, request.path, CIMultiDict(request.headers), body,
+                              raw))
         handler = self.script[min(len(self.seen), len(self.script)) - 1]
         return await handler(request)
 

@@ -306,3 +306,54 @@ async def test_models() -> None:
         async with client(server.url) as sdk:
             assert await sdk.models() == ["a", "b"]
     assert server.seen[0].path == "/v1/models"
+
+
+async def test_non_ascii_context_is_sent_as_utf8() -> None:
+    context = "文書: 保証は二年間です。"
+    with ScriptedServer([chat_ok()]) as server:
+        async with client(server.url) as sdk:
+            await sdk.chat(context, "保証は?", model="m")
+    seen = server.seen[0]
+    assert context.encode() in seen.raw
+    assert seen.headers["X-Context-Hash"] == context_hash(context)
+
+
+async def test_caller_owned_session_is_used_and_left_open() -> None:
+    import aiohttp
+
+    with ScriptedServer([chat_ok("mine")]) as server:
+        async with aiohttp.ClientSession() as session:
+            async with AsyncContextClient(server.url, session=session) as sdk:
+                assert (await sdk.chat(CONTEXT, "q", model="m")).text == "mine"
+            assert not session.closed
+
+
+def test_one_client_across_two_event_loops() -> None:
+    """A pool is bound to its loop: a second loop is refused with a clear error, unless the
+    client was closed (which frees the pool) before the first loop ended."""
+    import asyncio
+
+    from router.client import PrefixRouterError
+
+    with ScriptedServer([chat_ok("again")]) as server:
+        sdk = client(server.url)
+
+        async def ask_and_close() -> str:
+            try:
+                return (await sdk.chat(CONTEXT, "q", model="m")).text
+            finally:
+                await sdk.aclose()
+
+        assert asyncio.run(ask_and_close()) == "again"
+        assert asyncio.run(ask_and_close()) == "again"
+
+        other = client(server.url)
+        loop_a, loop_b = asyncio.new_event_loop(), asyncio.new_event_loop()
+        try:
+            assert loop_a.run_until_complete(other.chat(CONTEXT, "q", model="m")).text
+            with pytest.raises(PrefixRouterError, match="another event loop"):
+                loop_b.run_until_complete(other.chat(CONTEXT, "q", model="m"))
+            loop_a.run_until_complete(other.aclose())
+        finally:
+            loop_a.close()
+            loop_b.close()
