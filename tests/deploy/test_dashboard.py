@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.deploy import chart as c
 from tests.deploy.dashboard_metrics import (
     ROUTER_METRICS,
@@ -62,3 +64,14 @@ def test_chart_ships_the_same_dashboard():
     shipped = c.CHART / "files" / "grafana" / "prefix-router.json"
     assert shipped.read_bytes() == DASHBOARD.read_bytes(), (
         "cp deploy/grafana/prefix-router.json deploy/helm/prefix-router/files/grafana/")
+
+
+def test_router_registry_exposes_the_contract_families():
+    """The router's own registry defines every router family the dashboard may use."""
+    metrics = pytest.importorskip("router.metrics")
+    exposed = {}
+    for family in metrics.RouterMetrics().registry.collect():
+        name = family.name + "_total" if family.type == "counter" else family.name
+        exposed[name] = family.type
+    missing = {n: t for n, t in ROUTER_METRICS.items() if exposed.get(n) != t}
+    assert not missing, f"router/metrics.py lacks (or types differently): {missing}"
