@@ -13,13 +13,16 @@ from typing import Any
 
 import helm_python as helm
 import kubernetes_validate
+import kubernetes_validate.utils
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 CHART = DEPLOY / "helm" / "prefix-router"
 EXAMPLES = CHART / "examples"
-KUBE_VERSION = "1.30.0"
+KUBE_VERSION = "1.30.0"  # oldest supported (Chart.yaml kubeVersion)
+# Also validate against the newest schemas shipped, to catch removed or changed APIs.
+VALIDATE_VERSIONS = (KUBE_VERSION, kubernetes_validate.utils.latest_version())
 RELEASE = "rag"
 NAMESPACE = "llm"
 
@@ -64,11 +67,12 @@ def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 
 
 def validate(obj: dict[str, Any]) -> None:
-    """Raise if obj is not a valid object of its kind for KUBE_VERSION (strict)."""
+    """Raise if obj is not a valid object of its kind (strict: unknown fields are errors)."""
     if (obj["apiVersion"], obj["kind"]) in CRD_KINDS:
         assert obj["metadata"]["name"] and isinstance(obj["spec"], dict)
         return
-    kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+    for version in VALIDATE_VERSIONS:
+        kubernetes_validate.validate(obj, version, strict=True)
 
 
 def lint(values: dict[str, Any] | None = None) -> dict[str, Any]:
