@@ -1,0 +1,95 @@
+"""Properties of the routing policies (hypothesis), checked on the policy objects directly."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router.keys import RoutingKey, explicit_key
+from router.policies import make_policy
+from router.policies.prefix_aware import load_bound
+from router.workers import Worker
+
+
+def workers(loads: Sequence[int]) -> list[Worker]:
+    return [Worker(id=f"w{i}", url=f"http://w{i}", in_flight=load, healthy=True)
+            for i, load in enumerate(loads)]
+
+
+def key(i: int) -> RoutingKey:
+    return explicit_key(f"{i:016x}")
+
+
+loads_st = st.lists(st.integers(min_value=0, max_value=50), min_size=1, max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(loads=loads_st, k=st.integers(min_value=0, max_value=10**9),
+       matched=st.dictionaries(st.integers(0, 11), st.integers(1, 64)),
+       epsilon=st.sampled_from([0.05, 0.25, 1.0]))
+def test_prefix_aware_never_exceeds_the_bound_while_a_worker_is_under_it(
+        loads: list[int], k: int, matched: dict[int, int], epsilon: float) -> None:
+    pool = workers(loads)
+    matches = {f"w{i}": m for i, m in matched.items() if i < len(pool)}
+    decision = make_policy("prefix_aware", epsilon=epsilon).rank(key(k), pool, matches)
+    bound = load_bound(sum(loads), len(loads), epsilon)
+    assert any(w.load + 1 <= bound for w in pool)  # the averaging argument: always true
+    assert decision.ranked[0].load + 1 <= bound
+    # and the warm choice, when taken, is the longest match under the bound
+    under = [w for w in pool if w.load + 1 <= bound]
+    if decision.reason == "warm":
+        assert matches[decision.ranked[0].id] == max(matches.get(w.id, 0) for w in under)
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(min_value=2, max_value=10), k=st.integers(min_value=0, max_value=10**9))
+def test_same_key_goes_to_the_same_worker_while_loads_allow(n: int, k: int) -> None:
+    policy = make_policy("prefix_aware")
+    pool = workers([0] * n)
+    first = policy.rank(key(k), pool, {}).ranked[0]
+    assert policy.rank(key(k), pool, {}).reason == "ring"
+    # load every other worker up: the owner is still under the bound and keeps the key
+    for w in pool:
+        if w is not first:
+            w.in_flight = 3
+    again = policy.rank(key(k), pool, {})
+    assert again.ranked[0] is first and again.reason == "ring"
+    # push the owner over the bound: the key spills to the next ring node
+    first.in_flight = 100
+    spilled = policy.rank(key(k), pool, {})
+    assert spilled.ranked[0] is not first and spilled.reason == "spill"
+
+
+def test_removing_one_of_n_workers_moves_only_the_keys_it_owned() -> None:
+    n, keys = 8, [key(i) for i in range(10_000)]
+    policy = make_policy("prefix_aware")
+    pool = workers([0] * n)
+    before = {k.key: policy.rank(k, pool, {}).ranked[0].id for k in keys}
+    removed = "w3"
+    after = {k.key: policy.rank(k, [w for w in pool if w.id != removed], {}).ranked[0].id
+             for k in keys}
+    moved = [k for k in before if before[k] != after[k]]
+    assert all(before[k] == removed for k in moved)  # only the removed worker's keys move
+    owned = sum(1 for k in before if before[k] == removed)
+    assert len(moved) == owned
+    assert abs(len(moved) / len(keys) - 1 / n) < 0.05  # ~1/n of keys, uhashring's spread
+
+
+@settings(max_examples=100, deadline=None)
+@given(loads=loads_st, k=st.integers(min_value=0, max_value=10**9))
+def test_every_policy_ranks_each_candidate_at_most_once(loads: list[int], k: int) -> None:
+    pool = workers(loads)
+    for name in ("prefix_aware", "consistent_hash", "least_loaded", "round_robin"):
+        ranked = make_policy(name).rank(key(k), pool, {}).ranked
+        assert len({w.id for w in ranked}) == len(ranked) and ranked
+        assert set(ranked) <= set(pool)
+    ranked = make_policy("least_loaded").rank(key(k), pool, {}).ranked
+    assert ranked[0].load == min(loads)
+
+
+def test_bound_formula_matches_the_paper() -> None:
+    assert load_bound(0, 4, 0.25) == 1
+    assert load_bound(15, 4, 0.25) == math.ceil(1.25 * 16 / 4)
