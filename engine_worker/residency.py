@@ -1,0 +1,90 @@
+"""Where KV events land: the sink interface, and an exact in-memory residency store.
+
+The router's residency store (router/residency/) implements the same three coroutines to
+make its picture exact; ExactResidency is the reference implementation and what the
+subscriber's tests and a router without Redis use.
+
+Block hashes arrive as ints (vLLM's default, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1: the low
+64 bits of the sha256 digest) or as the digest bytes. ExactResidency keys everything by the
+int form (`block_key`), so a router that computes sha256_cbor digests itself can compare
+them with either kind of worker.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+BlockHash = int | bytes
+LOW_64 = (1 << 64) - 1
+
+
+def block_key(block_hash: BlockHash) -> int:
+    """vLLM's int form of a block hash: bytes -> low 64 bits, big-endian (as vLLM does)."""
+    if isinstance(block_hash, bytes | bytearray):
+        return int.from_bytes(block_hash, "big") & LOW_64
+    return int(block_hash) & LOW_64
+
+
+class ResidencySink(Protocol):
+    """Receives one worker's cache changes, in the order the worker made them."""
+
+    async def stored(self, worker_id: str, block_hashes: list[BlockHash]) -> None: ...
+
+    async def removed(self, worker_id: str, block_hashes: list[BlockHash]) -> None: ...
+
+    async def cleared(self, worker_id: str) -> None: ...
+
+
+class ExactResidency:
+    """Per worker, the blocks it reported stored and not since removed.
+
+    Counted, not a plain set: vLLM may hold two physical blocks with the same hash (the same
+    prefix computed by two requests at once) and reports each store and each eviction, so a
+    block stays resident until its last copy is removed. A removal of a block never seen
+    stored (we subscribed late) is ignored rather than driving the count negative.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: dict[str, Counter[int]] = {}
+
+    async def stored(self, worker_id: str, block_hashes: list[BlockHash]) -> None:
+        counts = self._blocks.setdefault(worker_id, Counter())
+        for block_hash in block_hashes:
+            counts[block_key(block_hash)] += 1
+
+    async def removed(self, worker_id: str, block_hashes: list[BlockHash]) -> None:
+        counts = self._blocks.get(worker_id)
+        if counts is None:
+            return
+        for block_hash in block_hashes:
+            key = block_key(block_hash)
+            if counts.get(key, 0) > 1:
+                counts[key] -= 1
+            else:
+                counts.pop(key, None)
+
+    async def cleared(self, worker_id: str) -> None:
+        self._blocks.pop(worker_id, None)
+
+    def resident(self, worker_id: str) -> frozenset[int]:
+        """The worker's resident block keys (a snapshot)."""
+        return frozenset(self._blocks.get(worker_id, ()))
+
+    def contains(self, worker_id: str, block_hash: BlockHash) -> bool:
+        return block_key(block_hash) in self._blocks.get(worker_id, {})
+
+    def match(self, worker_id: str, chain: Sequence[BlockHash]) -> int:
+        """Leading blocks of a request's hash chain resident on the worker (its cache hit)."""
+        counts = self._blocks.get(worker_id, {})
+        for index, block_hash in enumerate(chain):
+            if block_key(block_hash) not in counts:
+                return index
+        return len(chain)
+
+    def workers(self) -> Iterable[str]:
+        return tuple(self._blocks)
+
+    def __len__(self) -> int:
+        return sum(len(counts) for counts in self._blocks.values())

@@ -1,0 +1,164 @@
+"""KV event subscriber against a real ZMQ PUB/ROUTER speaking vLLM's protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import msgpack
+import pytest
+
+from engine_worker.kv_events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVEventSubscriber,
+    decode_message,
+    subscribed,
+)
+from engine_worker.residency import ExactResidency, block_key
+from tests.engine.vllm_publisher import FakePublisher, cleared, removed, stored
+from tests.support import free_port
+
+W = "w1"
+
+
+async def until(check: Callable[[], bool], within_s: float = 5.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.01)
+
+
+async def synced(pub: FakePublisher, sub: KVEventSubscriber) -> None:
+    """Publish empty batches until one gets through (ZMQ's slow joiner drops the first)."""
+    deadline = time.monotonic() + 5
+    while sub.stats.batches == 0:
+        assert time.monotonic() < deadline, "subscriber never received a batch"
+        await pub.publish([])
+        await asyncio.sleep(0.02)
+
+
+def test_decode_map_and_array_forms() -> None:
+    events = [stored([1, 2]), removed([1]), cleared(),
+              stored([b"\x00" * 24 + b"\x00\x00\x00\x00\x00\x00\x00\x07"], array_like=True),
+              removed([3], array_like=True), cleared(array_like=True),
+              {"type": "SomethingNewer", "x": 1}]
+    payload = msgpack.packb([1.5, events, 0], use_bin_type=True)
+    batch = decode_message([b"kv", (9).to_bytes(8, "big"), payload])
+    assert batch.seq == 9 and batch.ts == 1.5 and batch.dp_rank == 0
+    kinds = [type(e) for e in batch.events]
+    assert kinds == [BlockStored, BlockRemoved, AllBlocksCleared] * 2  # unknown kind skipped
+    first = batch.events[0]
+    assert isinstance(first, BlockStored)
+    assert first.block_hashes == [1, 2] and first.block_size == 16 and first.medium == "GPU"
+    assert block_key(batch.events[3].block_hashes[0]) == 7  # bytes -> low 64 bits
+
+
+def test_decode_rejects_wrong_frame_count() -> None:
+    with pytest.raises(ValueError):
+        decode_message([b"kv", b"\x00" * 8])
+
+
+async def test_residency_follows_stored_and_removed() -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    residency = ExactResidency()
+    async with FakePublisher(endpoint) as pub:
+        sub = KVEventSubscriber(W, endpoint, residency, topic="kv")
+        async with subscribed(sub):
+            await synced(pub, sub)
+            await pub.publish([stored([1, 2, 3]), stored([b"\x01" * 32])])
+            await pub.publish([removed([2]), stored([4], medium="CPU")])
+            await until(lambda: sub.stats.batches >= 3 and len(residency) == 3)
+            assert residency.resident(W) == {1, 3, block_key(b"\x01" * 32)}
+            assert residency.match(W, [1, 2, 3]) == 1
+            assert not residency.contains(W, 4), "CPU-tier events are not GPU residency"
+            await pub.publish([cleared()])
+            await until(lambda: len(residency) == 0)
+
+
+async def test_duplicate_blocks_stay_until_last_copy_removed() -> None:
+    residency = ExactResidency()
+    await residency.stored(W, [5, 5])
+    await residency.removed(W, [5])
+    assert residency.contains(W, 5)
+    await residency.removed(W, [5, 6])
+    assert not residency.contains(W, 5) and len(residency) == 0
+
+
+async def test_gap_without_replay_clears_the_worker() -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    residency = ExactResidency()
+    async with FakePublisher(endpoint) as pub:
+        sub = KVEventSubscriber(W, endpoint, residency, topic="kv")
+        async with subscribed(sub):
+            await synced(pub, sub)
+            await pub.publish([stored([1, 2])])
+            await until(lambda: len(residency) == 2)
+            gaps = sub.stats.gaps
+            await pub.publish([stored([3])], drop=True)
+            await pub.publish([stored([4])])
+            await until(lambda: sub.stats.gaps == gaps + 1)
+            await until(lambda: residency.resident(W) == {4})
+
+
+async def test_gap_with_replay_is_repaired_in_order() -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    replay = f"tcp://127.0.0.1:{free_port()}"
+    residency = ExactResidency()
+    async with FakePublisher(endpoint, replay) as pub:
+        # Published before anyone listens: only the replay buffer has it.
+        await pub.publish([stored([10, 11])])
+        sub = KVEventSubscriber(W, endpoint, residency, topic="kv", replay_endpoint=replay)
+        async with subscribed(sub):
+            await synced(pub, sub)
+            await until(lambda: residency.contains(W, 10))
+            resets = sub.stats.resets
+            await pub.publish([stored([1, 2, 3])], drop=True)
+            await pub.publish([removed([2])], drop=True)
+            await pub.publish([stored([4])])
+            await until(lambda: residency.contains(W, 4))
+            assert residency.resident(W) == {10, 11, 1, 3, 4}
+            assert sub.stats.resets == resets and sub.stats.replayed >= 2
+
+
+async def test_replay_buffer_overrun_falls_back_to_clear() -> None:
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    replay = f"tcp://127.0.0.1:{free_port()}"
+    residency = ExactResidency()
+    async with FakePublisher(endpoint, replay, buffer_steps=2) as pub:
+        sub = KVEventSubscriber(W, endpoint, residency, topic="kv", replay_endpoint=replay)
+        async with subscribed(sub):
+            await synced(pub, sub)
+            await pub.publish([stored([1])])
+            await until(lambda: residency.contains(W, 1))
+            for block in (2, 3, 4):
+                await pub.publish([stored([block])], drop=True)
+            await pub.publish([stored([5])])
+            await until(lambda: residency.contains(W, 5))
+            assert residency.resident(W) == {5}
+
+
+async def test_publisher_restart_resets_and_reconnects() -> None:
+    port = free_port()
+    endpoint = f"tcp://127.0.0.1:{port}"
+    residency = ExactResidency()
+    sub = KVEventSubscriber(W, endpoint, residency, topic="kv")
+    async with subscribed(sub):
+        async with FakePublisher(endpoint) as pub:
+            await synced(pub, sub)
+            for _ in range(5):
+                await pub.publish([])
+            await pub.publish([stored([1, 2])])
+            await until(lambda: len(residency) == 2)
+        # vLLM restarts on the same port: sequence from 0, cache empty.
+        async with FakePublisher(endpoint) as pub:
+            deadline = time.monotonic() + 10
+            while not residency.contains(W, 9):
+                assert time.monotonic() < deadline, "no events after the publisher restarted"
+                await pub.publish([stored([9])])
+                await asyncio.sleep(0.05)
+            assert sub.stats.resets >= 1
+            assert not residency.contains(W, 1)
