@@ -98,7 +98,7 @@ async def test_usable_inside_a_running_event_loop() -> None:
 
 def test_close_is_idempotent_and_stops_the_thread() -> None:
     sdk = ContextClient("http://127.0.0.1:1")
-    before = threading.active_count()
+    loop_thread = next(t for t in threading.enumerate() if t is sdk._runner._thread)
     sdk.close()
     sdk.close()
-    assert threading.active_count() == before - 1
+    assert not loop_thread.is_alive()
