@@ -79,10 +79,14 @@ class Launcher:
                 loop.remove_signal_handler(sig)
 
     async def _run(self, http: aiohttp.ClientSession) -> int:
-        self._proc = await asyncio.create_subprocess_exec(
-            *self.command.argv, env={**os.environ, **self.command.env},
-            start_new_session=True, preexec_fn=_die_with_parent,
-        )
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *self.command.argv, env={**os.environ, **self.command.env},
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        except OSError as exc:
+            log.error("cannot start vLLM with %s: %s", self.command.argv[0], exc)
+            return 127
         log.info("started vLLM pid=%d: %s", self._proc.pid, " ".join(self.command.argv))
         exited = asyncio.ensure_future(self._proc.wait())
         try:

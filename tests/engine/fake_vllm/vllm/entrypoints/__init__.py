@@ -1,0 +1,1 @@
+"""Fake vLLM for launcher tests (on PYTHONPATH of the child only)."""
