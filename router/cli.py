@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -56,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo_cmd = commands.add_parser("demo", help="run the gateway in front of a local "
                                    "simulated fleet and show requests being routed")
     demo_cmd.add_argument("--workers", type=int, default=3, help="simulated workers to start")
-    demo_cmd.add_argument("--port", type=int, default=8000)
+    demo_cmd.add_argument("--port", type=int,
+                          default=int(os.environ.get("PREFIX_ROUTER_PORT", "8000")))
     args = parser.parse_args(argv)
     if args.command == "demo":
         from router.demo import run_demo

@@ -1,7 +1,7 @@
 """prefix-router client SDK: OpenAI-compatible calls that name their retrieved context.
 
 Independent of the router's server code (it imports nothing else from `router`), so an
-application needs only aiohttp. See docs/sdk-and-sidecar.md.
+application needs only aiohttp. See the README, "Client SDK and sidecar mode".
 """
 
 from router.client.async_client import AsyncContextClient

@@ -1,4 +1,4 @@
-"""The sidecar example of docs/sdk-and-sidecar.md, executed: same env vars, same command.
+"""The README's sidecar example, executed: same env vars, same command.
 
 The test reads the example from the doc (the ```bash block starting with `# sidecar-example`
 and the ```yaml block starting with `# sidecar-pod`) so the two cannot drift apart. Only the
@@ -24,7 +24,7 @@ from router.client import openai_headers
 from tests.client.conftest import SIM_MODEL
 from tests.support import REPO, free_port, stop, wait_http
 
-DOC = REPO / "docs" / "sdk-and-sidecar.md"
+DOC = REPO / "README.md"
 FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 
 
