@@ -1,4 +1,4 @@
-"""The README's promises, executed: the Quick start demo runs as written; the config table is whole."""
+"""The README's promises, executed: the Quick start demo runs; the config table is whole."""
 
 from __future__ import annotations
 
