@@ -126,6 +126,14 @@ def test_hash_seed_is_the_same_everywhere():
     assert seeds == {"0"}
 
 
+def test_routers_and_workers_share_one_key_namespace():
+    objs = c.objects({**c.example_values("multi-node.yaml"), "keyPrefix": "team-a:"})
+    _, router = _router(objs)
+    assert c.env(router)["PREFIX_ROUTER_REDIS_KEY_PREFIX"] == "team-a:"
+    for sts in _workers(objs):
+        assert c.env(_worker_container(sts))["PREFIX_WORKER_REGISTRY_PREFIX"] == "team-a:"
+
+
 def test_lmcache_configmap_holds_the_selected_profile():
     for profile in ("cpu-offload", "disk"):
         objs = c.objects({"workerDefaults": {"lmcache": {"profile": profile,
@@ -205,7 +213,7 @@ def test_router_is_configured_by_env_only():
     assert e["PREFIX_ROUTER_PORT"] == "8000"
     assert e["PREFIX_ROUTER_POLICY"] == "prefix_aware"
     assert e["PREFIX_ROUTER_BOUND_EPSILON"] == "0.25"
-    assert e["PREFIX_ROUTER_KEY_PREFIX"] == "prefix-router:"
+    assert e["PREFIX_ROUTER_REDIS_KEY_PREFIX"] == "prefix-router:"
     secret_ref = e["PREFIX_ROUTER_ADMIN_TOKEN"]["secretKeyRef"]
     secret = c.one(objs, "Secret", secret_ref["name"])
     assert secret_ref["key"] in secret["data"]

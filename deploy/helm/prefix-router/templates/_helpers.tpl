@@ -124,9 +124,6 @@ Call with (dict "root" $ "host" "0.0.0.0").
 {{- end }}
 - name: PREFIX_ROUTER_LOG_LEVEL
   value: {{ $v.router.logLevel | quote }}
-{{- /* KEY_PREFIX is the documented name; router/config.py reads REDIS_KEY_PREFIX. */}}
-- name: PREFIX_ROUTER_KEY_PREFIX
-  value: {{ $v.keyPrefix | quote }}
 - name: PREFIX_ROUTER_REDIS_KEY_PREFIX
   value: {{ $v.keyPrefix | quote }}
 {{- if include "prefix-router.hasRedis" .root }}
