@@ -1,0 +1,52 @@
+"""Acceptance 1: two router replicas sharing one Redis send each context to the same worker.
+
+The documents (3,000 chars) are shorter than the routing-key window (32 blocks of 256), so
+every request's ring key includes its own question: the ring alone would scatter a context
+over the fleet and two replicas with private residency would each pin it somewhere else.
+Only the shared residency in Redis makes both replicas find the worker that is warm.
+
+One client: with two or more concurrent clients the bounded-load policy legitimately
+spills ~1 % of requests off a busy owner at these tiny loads (bound = 1 or 2), which is
+load balancing, not disagreement (measured 98.4 % raw agreement at two clients).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+
+from tests.redis.fleet import Fleet, contexts, rag_body, run_stream, wait_until
+
+N_CONTEXTS, N_WORKERS, N_REQUESTS = 100, 4, 2000
+
+
+async def test_two_routers_agree_on_context_placement(redis_server, fleet: Fleet) -> None:
+    sims = [fleet.sim(f"w{i}") for i in range(N_WORKERS)]
+    routers = [fleet.router(name, redis_server.url, sims) for name in ("ra", "rb")]
+    docs = contexts(N_CONTEXTS, 3000)
+    rng = random.Random(1)
+    jobs = []
+    for i in range(N_REQUESTS):
+        ctx = rng.randrange(N_CONTEXTS)
+        jobs.append((ctx, routers[i % 2], rag_body(docs[ctx], f"question {i}?")))
+    results = await run_stream(jobs, concurrency=1)
+
+    assert all(r.status == 200 for r in results), Counter(r.status for r in results)
+    per_router = Counter(r.router for r in results)
+    assert per_router["ra"] == per_router["rb"] == N_REQUESTS // 2
+    by_context: dict[int, Counter[str]] = defaultdict(Counter)
+    by_replica: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
+    for r in results:
+        by_context[r.context][r.worker] += 1
+        by_replica[r.router, r.context][r.worker] += 1
+    agreement = sum(c.most_common(1)[0][1] for c in by_context.values()) / len(results)
+    used = Counter(r.worker for r in results)
+    print(f"agreement {agreement:.4f}; per worker {dict(used)}; "
+          f"reasons {dict(Counter(r.reason for r in results))}")
+    assert agreement >= 0.99
+    home = {key: c.most_common(1)[0][0] for key, c in by_replica.items()}
+    assert all(home["ra", ctx] == home["rb", ctx] for ctx in by_context
+               if ("ra", ctx) in home and ("rb", ctx) in home)
+    assert len(used) == N_WORKERS  # the contexts are spread, not pinned to one worker
+    r = redis_server.client()
+    wait_until(lambda: len(r.keys("prefix-router:res:*")) == N_WORKERS, 5, "residency keys")
