@@ -15,6 +15,7 @@ from aiohttp import web
 
 from router.app import build_app
 from router.config import ConfigError, RouterConfig, add_arguments, load_config
+from router.logs import configure as configure_logging
 
 log = logging.getLogger("router")
 
@@ -71,7 +72,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"prefix-router: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=config.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    configure_logging(config.log_level, config.log_format)
     _run(serve(config))
     return 0

@@ -78,6 +78,8 @@ class RouterConfig:
     log_level: str = _opt("info", "debug, info, warning or error",
                           lambda v: v in ("debug", "info", "warning", "error"),
                           "must be debug, info, warning or error")
+    log_format: str = _opt("json", "json (one object per line) or text",
+                           lambda v: v in ("json", "text"), "must be json or text")
 
 
 def parse_workers(value: str | Sequence[Any]) -> tuple[tuple[str, str], ...]:

@@ -75,10 +75,12 @@ class Proxy:
                 reply["X-Prefix-Router-Worker"] = worker.id
                 reply["X-Prefix-Router-Reason"] = reason if attempt == 0 else "failover"
             try:
-                response = await self._try(request, worker, path, body, headers, stream, reply)
+                response = await self._try(request, worker, path, body, headers, stream, reply,
+                                           request_id)
                 return Outcome(response, worker, attempt + 1)
             except UpstreamFailure as exc:
-                log.warning("worker %s failed (%s): %s", worker.id, exc.cause, exc)
+                log.warning("worker %s failed (%s): %s", worker.id, exc.cause, exc,
+                            extra={"request_id": request_id, "worker": worker.id})
                 failure = exc
         response = error_response(failure.status, str(failure), code=failure.cause,
                                   retry_after=1 if failure.status == 503 else None,
@@ -86,8 +88,8 @@ class Proxy:
         return Outcome(response, None, len(tries))
 
     async def _try(self, request: web.Request, worker: Worker, path: str, body: bytes,
-                   headers: CIMultiDict[str], stream: bool,
-                   reply_headers: dict[str, str]) -> web.StreamResponse:
+                   headers: CIMultiDict[str], stream: bool, reply_headers: dict[str, str],
+                   request_id: str) -> web.StreamResponse:
         worker.in_flight += 1
         worker.routed += 1
         worker.breaker.on_dispatch()
@@ -122,7 +124,7 @@ class Proxy:
             reply = copy_response_headers(upstream.headers, reply_headers)
             if not (stream and upstream.status == 200):
                 return web.Response(status=upstream.status, body=first, headers=reply)
-            return await self._relay(request, upstream, first, reply, worker)
+            return await self._relay(request, upstream, first, reply, worker, request_id)
         except UpstreamFailure:
             worker.breaker.on_failure()
             raise
@@ -133,7 +135,8 @@ class Proxy:
             gauge.set(worker.in_flight)
 
     async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                     first: bytes, headers: CIMultiDict[str], worker: Worker) -> web.StreamResponse:
+                     first: bytes, headers: CIMultiDict[str], worker: Worker,
+                     request_id: str) -> web.StreamResponse:
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(request)
         await response.write(first)
@@ -143,7 +146,8 @@ class Proxy:
             if not upstream.content.is_eof():
                 raise aiohttp.ClientPayloadError("stream ended early")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("stream from worker %s broke after its first byte: %r", worker.id, exc)
+            log.warning("stream from worker %s broke after its first byte: %r", worker.id, exc,
+                        extra={"request_id": request_id, "worker": worker.id})
             worker.breaker.on_failure()
             await response.write(sse_error_event(502, f"upstream worker {worker.id} failed "
                                                  f"mid-stream: {exc!r}", "upstream_stream_broken"))

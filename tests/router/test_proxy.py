@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import time
 
@@ -10,6 +11,7 @@ import aiohttp
 import pytest
 
 from tests.router.conftest import MODEL, Fleet
+from tests.support import stop
 from tests.upstream_server import event
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}]}
@@ -133,3 +135,16 @@ async def test_client_errors_from_a_worker_pass_through_unretried(fleet: Fleet) 
         body = await resp.json()
     assert resp.status == 422 and "says 422" in body["error"]["message"]
     assert sum(u.stats()["requests"] for u in fleet.upstreams) == 1
+
+
+async def test_logs_are_json_lines_carrying_the_request_id(fleet: Fleet) -> None:
+    async with aiohttp.ClientSession() as session, session.post(
+            fleet.url + "/v1/chat/completions", json=CHAT,
+            headers={"X-Test-Mode": "status-500", "X-Request-Id": "rid-log"}) as resp:
+        assert resp.status == 502
+    stop(fleet.router)
+    assert fleet.router.stdout is not None
+    entries = [json.loads(line) for line in fleet.router.stdout.read().splitlines() if line]
+    failures = [e for e in entries if e.get("request_id") == "rid-log"]
+    assert len(failures) == 3 and all(e["level"] == "warning" for e in failures)
+    assert {e["worker"] for e in failures} == {"w0", "w1", "w2"}
