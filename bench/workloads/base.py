@@ -24,5 +24,5 @@ class BenchRequest:
 
 
 def context_hash(context: str) -> str:
-    """The SDK's contract (docs/sdk-and-sidecar.md): sha256 of the context, 16 hex chars."""
+    """The SDK's contract (README, "The key contract"): sha256 of the context, 16 hex chars."""
     return hashlib.sha256(context.encode()).hexdigest()[:16]

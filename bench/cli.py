@@ -1,0 +1,129 @@
+"""Command line: ``python -m bench {run,compare,overhead,scale}``."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.runner import RunConfig
+from bench.workloads import WORKLOADS
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _workload_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("workload (unset options keep the workload's default)")
+    a = g.add_argument
+    a("--workload", choices=WORKLOADS, default="rag")
+    a("--seed", type=int, default=0)
+    a("--count", type=int, default=None, help="number of requests")
+    a("--rate", type=float, default=None, help="rag/multiturn: arrivals per simulated second")
+    a("--docs", type=int, default=None, help="rag: documents in the knowledge base")
+    a("--doc-tokens", type=int, default=None, help="rag: median document length")
+    a("--alpha", type=float, default=None, help="rag: Zipf exponent of popularity")
+    a("--output-tokens", type=int, default=None, help="rag: median output length")
+    a("--context-hash", action=argparse.BooleanOptionalAction, default=None,
+      help="send X-Context-Hash (rag default: off here, see README)")
+    a("--conversations", type=int, default=None, help="multiturn: conversations")
+    a("--trace", default=None, help="mooncake: trace path (default ../shared/traces/...)")
+    a("--start-s", type=float, default=None, help="mooncake: first trace second replayed")
+    a("--duration-s", type=float, default=None, help="mooncake: trace seconds replayed")
+    a("--arrival-scale", type=float, default=None, help="mooncake: arrival time factor")
+    a("--sample", type=float, default=None, help="mooncake: keep each request with this p")
+    a("--max-input-tokens", type=int, default=None, help="mooncake: skip longer prompts")
+
+
+def _fleet_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("fleet")
+    a = g.add_argument
+    a("--workers", type=int, default=8)
+    a("--profile", default="llama-3-8b@h100-80gb")
+    a("--time-scale", type=float, default=1.0, help="real seconds per simulated second")
+    a("--num-gpu-blocks", type=int, default=None, help="per worker (default: profile's)")
+    a("--cache-fleet-ratio", type=float, default=None,
+      help="size worker caches so the fleet's cache is this x the working set")
+    a("--max-model-len", type=int, default=None)
+    a("--max-duration", type=float, default=None, help="stop sending after this many wall s")
+    a("--router-extra", default="", help="extra prefix-router flags, space separated")
+
+
+def workload_opts(args: argparse.Namespace) -> dict[str, Any]:
+    opts = {k: getattr(args, k) for k in
+            ("seed", "count", "rate", "docs", "doc_tokens", "alpha", "output_tokens",
+             "conversations", "start_s", "duration_s", "arrival_scale", "sample",
+             "max_input_tokens")}
+    if args.trace:
+        opts["path"] = args.trace
+    if args.context_hash is not None:
+        opts["send_context_hash"] = args.context_hash
+    elif args.workload == "rag":
+        opts["send_context_hash"] = False
+    return {k: v for k, v in opts.items() if v is not None}
+
+
+def run_config(args: argparse.Namespace, **over: Any) -> RunConfig:
+    cfg = RunConfig(workload=args.workload, workload_opts=workload_opts(args),
+                    workers=args.workers, profile=args.profile, time_scale=args.time_scale,
+                    num_gpu_blocks=args.num_gpu_blocks, cache_fleet_ratio=args.cache_fleet_ratio,
+                    max_model_len=args.max_model_len, max_duration_s=args.max_duration,
+                    router_extra=args.router_extra.split() if args.router_extra else [])
+    for k, v in over.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="one workload through one policy")
+    _workload_args(r)
+    _fleet_args(r)
+    r.add_argument("--policy", default="prefix_aware",
+                   help="prefix-router policy, or sglang_cache_aware / vllm_cache_aware")
+    r.add_argument("--bound-epsilon", type=float, default=0.25)
+    r.add_argument("--router-url", default=None, help="drive this router instead")
+    r.add_argument("--worker-urls", default="", help="with --router-url: workers to scrape")
+    r.add_argument("--out", type=Path, default=None)
+    c = sub.add_parser("compare", help="the same workload through every policy")
+    _workload_args(c)
+    _fleet_args(c)
+    c.add_argument("--policies", default="round_robin,least_loaded,consistent_hash,"
+                   "prefix_aware@0.1,prefix_aware@0.25,prefix_aware@1.0,"
+                   "sglang_cache_aware,vllm_cache_aware",
+                   help="comma list; prefix_aware@EPS sets epsilon; +hdr sends X-Context-Hash")
+    c.add_argument("--out-dir", type=Path, default=RESULTS)
+    c.add_argument("--name", default=None, help="file stem (default: the workload)")
+    o = sub.add_parser("overhead", help="cost of the hop: direct vs through routers")
+    o.add_argument("--requests", type=int, default=2000, help="per cell")
+    o.add_argument("--concurrency", default="1,16,64")
+    o.add_argument("--targets", default="direct,prefix_router,prefix_router_redis,"
+                   "sglang_cache_aware,vllm_cache_aware")
+    o.add_argument("--out-dir", type=Path, default=RESULTS)
+    s = sub.add_parser("scale", help="policy + residency in process at fleet scale")
+    s.add_argument("--workers", default="10,100,1000")
+    s.add_argument("--blocks", default="100000,1000000,10000000")
+    s.add_argument("--decisions", type=int, default=5000)
+    s.add_argument("--out-dir", type=Path, default=RESULTS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    if args.cmd == "run":
+        from bench.runner import run
+        urls = [u for u in args.worker_urls.split(",") if u]
+        cfg = run_config(args, policy=args.policy, epsilon=args.bound_epsilon,
+                         router_url=args.router_url, worker_urls=urls,
+                         out=args.out or RESULTS / f"run-{args.workload}-{args.policy}.json")
+        run(cfg)
+    elif args.cmd == "compare":
+        from bench.compare import compare
+        compare(args)
+    elif args.cmd == "overhead":
+        from bench.overhead import overhead
+        overhead(args)
+    else:
+        from bench.scale import scale
+        scale(args)

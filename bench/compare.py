@@ -1,0 +1,96 @@
+"""``python -m bench compare``: one workload, one seed, every policy; a table and plots.
+
+Each policy gets a fresh, cold fleet and the identical request sequence. A policy that
+cannot run here (a peer router that is not installed or does not start) becomes a row
+that says why, instead of stopping the comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench import plots
+from bench.cli import run_config
+from bench.runner import log, run
+
+COLUMNS = ("policy", "hit rate", "unbounded / fleet-LRU bound", "TTFT p50 / p90 / p99 (ms)",
+           "p50 / p99 vs RR", "engine TTFT p50 / p99 (ms)", "req/s", "max/mean req",
+           "max/mean busy", "router CPU µs/req", "ok/total")
+
+
+def parse_policy(spec: str) -> tuple[str, float | None, bool]:
+    """'prefix_aware@0.1+hdr' -> (policy, epsilon, send X-Context-Hash)."""
+    hdr = spec.endswith("+hdr")
+    spec = spec.removesuffix("+hdr")
+    name, _, eps = spec.partition("@")
+    return name, float(eps) if eps else None, hdr
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def row(res: dict[str, Any], rr: dict[str, Any] | None) -> list[str]:
+    t, e, b = res["ttft_ms"], res["worker_ttft_ms"], res.get("bounds") or {}
+    vs = "–"
+    if rr and rr["ttft_ms"]["p50"] and t["p50"]:
+        vs = f"{t['p50'] / rr['ttft_ms']['p50']:.2f}x / {t['p99'] / rr['ttft_ms']['p99']:.2f}x"
+    return [res["meta"]["label"], _f(res["hit_rate"] and 100 * res["hit_rate"], ".1f") + " %",
+            f"{_f(100 * b.get('unbounded_hit_rate', 0), '.1f')} / "
+            f"{_f(100 * b.get('fleet_lru_hit_rate', 0), '.1f')} %",
+            f"{_f(t['p50'], '.0f')} / {_f(t['p90'], '.0f')} / {_f(t['p99'], '.0f')}", vs,
+            f"{_f(e['p50'], '.0f')} / {_f(e['p99'], '.0f')}",
+            _f(res["throughput"]["requests_per_s"], ".2f"),
+            _f(res["load"]["requests_max_over_mean"], ".2f"),
+            _f(res["load"]["busy_max_over_mean"], ".2f"),
+            _f(res["router_cpu"]["us_per_request"], ".0f"),
+            f"{res['requests']['ok']}/{res['requests']['total']}"]
+
+
+def table(results: list[dict[str, Any]], failures: list[tuple[str, str]], caption: str) -> str:
+    rr = next((r for r in results if r["meta"]["policy"] == "round_robin"), None)
+    lines = [f"`{caption}`", "", "| " + " | ".join(COLUMNS) + " |",
+             "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(row(r, rr)) + " |" for r in results]
+    lines += [f"| {label} | not run: {why} |" + " |" * (len(COLUMNS) - 2)
+              for label, why in failures]
+    return "\n".join(lines) + "\n"
+
+
+def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
+    caption = "python -m bench " + shlex.join(sys.argv[1:])
+    name = args.name or args.workload
+    out_dir: Path = args.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results, failures = [], []
+    for spec in [s for s in args.policies.split(",") if s]:
+        policy, eps, hdr = parse_policy(spec)
+        cfg = run_config(args, policy=policy, label=spec, out=out_dir / f"{name}-{spec}.json")
+        if eps is not None:
+            cfg.epsilon = eps
+        if hdr:
+            cfg.workload_opts = {**cfg.workload_opts, "send_context_hash": True}
+        try:
+            results.append(run(cfg))
+        except Exception as exc:  # noqa: BLE001 - one broken contender must not stop the rest
+            why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            log(f"[bench] {spec}: FAILED {why}")
+            failures.append((spec, why))
+    md = table(results, failures, caption)
+    (out_dir / f"{name}.md").write_text(md)
+    summary = [{k: v for k, v in r.items() if k != "records"} for r in results]
+    (out_dir / f"{name}-summary.json").write_bytes(
+        orjson.dumps({"caption": caption, "results": summary, "failures": failures},
+                     option=orjson.OPT_INDENT_2))
+    if results:
+        plots.ttft_cdf(results, out_dir / f"{name}-ttft-cdf.png", caption)
+        plots.hit_rate_p99(results, out_dir / f"{name}-hit-p99.png", caption)
+        plots.worker_load(results, out_dir / f"{name}-load.png", caption)
+    print(md)
+    return results

@@ -1,0 +1,183 @@
+"""``python -m bench run``: one workload through one policy on a fresh simulated fleet.
+
+Every run starts its workers cold, so policies are compared on the same request
+sequence from the same empty caches. The worker KV size can be chosen from the
+workload's working set (``--cache-fleet-ratio``) so that the working set is larger
+than one worker's cache and smaller than the fleet's: the regime where routing matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+
+from bench import analysis, bounds, fleet, peers, scrape
+from bench.loadgen import drive
+from bench.workloads import BenchRequest, make_workload
+
+DEFAULT_BLOCKS = {"llama-3-8b@h100-80gb": 26674}
+
+
+@dataclass
+class RunConfig:
+    workload: str = "rag"
+    workload_opts: dict[str, Any] = field(default_factory=dict)
+    policy: str = "prefix_aware"  # a prefix-router policy, or a peer name (peers.PEERS)
+    epsilon: float = 0.25
+    workers: int = 8
+    profile: str = "llama-3-8b@h100-80gb"
+    time_scale: float = 1.0
+    num_gpu_blocks: int | None = None
+    cache_fleet_ratio: float | None = None  # fleet cache = ratio x working set
+    max_model_len: int | None = None
+    max_duration_s: float | None = None  # wall seconds of sending
+    router_url: str | None = None
+    worker_urls: list[str] = field(default_factory=list)
+    router_extra: list[str] = field(default_factory=list)
+    label: str = ""
+    out: Path | None = None
+    logdir: Path = Path("/tmp/prefix-router-bench")
+    progress: bool = True
+
+
+def log(msg: str) -> None:
+    sys.stderr.write(msg + "\n")
+    sys.stderr.flush()
+
+
+def plan_blocks(cfg: RunConfig, requests: list[BenchRequest]) -> tuple[int, int]:
+    """(worker KV blocks, working set blocks): explicit, derived from the ratio, or default."""
+    working = len({b for r in requests for b in bounds.prompt_chain(r.prompt)})
+    if cfg.num_gpu_blocks:
+        blocks = cfg.num_gpu_blocks
+    elif cfg.cache_fleet_ratio:
+        blocks = math.ceil(working * cfg.cache_fleet_ratio / cfg.workers)
+    else:
+        blocks = DEFAULT_BLOCKS.get(cfg.profile, 0)
+    longest = max((r.prompt_tokens + r.max_tokens) for r in requests) // 16 + 2
+    return max(blocks, longest), working
+
+
+async def _measure(cfg: RunConfig, requests: list[BenchRequest], router_url: str,
+                   worker_urls: list[str], router_pid: int | None,
+                   worker_ids: list[str] | None, meta: dict[str, Any],
+                   bound: dict[str, Any] | None) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session:
+        await _warm(session, worker_urls)
+        before = await scrape.scrape(session, worker_urls)
+        cpu0 = fleet.cpu_seconds(router_pid) if router_pid else None
+        records, wall = await drive(router_url, requests, cfg.time_scale, model=fleet.MODEL,
+                                    max_duration_s=cfg.max_duration_s, progress=cfg.progress)
+        cpu1 = fleet.cpu_seconds(router_pid) if router_pid else None
+        await asyncio.sleep(0.2)  # let the engines finish their bookkeeping of the last step
+        after = await scrape.scrape(session, worker_urls)
+    deltas = [scrape.delta(b, a) for b, a in zip(before, after, strict=True)]
+    return analysis.summarize(records, time_scale=cfg.time_scale, wall_s=wall,
+                              worker_urls=worker_urls, worker_ids=worker_ids, deltas=deltas,
+                              router_cpu_s=(cpu1 - cpu0) if cpu0 is not None else None,
+                              bounds=bound, meta=meta)
+
+
+async def _warm(session: aiohttp.ClientSession, worker_urls: list[str]) -> None:
+    """One tiny request per worker before the 'before' scrape (shorter than one block).
+
+    The simulator's first request after start is timed from a stale clock (reported to the
+    sim's owner: its TTFT is negative), so that observation is kept out of the deltas.
+    """
+    for url in worker_urls:
+        async with session.post(url + "/v1/completions",
+                                json={"model": fleet.MODEL, "prompt": " warm", "max_tokens": 1}
+                                ) as resp:
+            await resp.read()
+
+
+def run(cfg: RunConfig) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    requests = make_workload(cfg.workload, **cfg.workload_opts)
+    if not requests:
+        raise SystemExit("the workload is empty")
+    blocks, working = plan_blocks(cfg, requests)
+    bound = bounds.compute(requests, blocks, cfg.workers).as_dict()
+    log(f"[bench] {cfg.workload}: {len(requests)} requests over "
+        f"{requests[-1].arrival_s:.1f} simulated s, {bound['prompt_tokens']:,} prompt tokens; "
+        f"working set {working:,} blocks vs one worker's cache {blocks:,} and the fleet's "
+        f"{blocks * cfg.workers:,} ({cfg.workers} workers) -> "
+        f"{_regime(working, blocks, cfg.workers)}; upper bounds: unbounded "
+        f"{bound['unbounded_hit_rate']:.1%}, fleet-size LRU {bound['fleet_lru_hit_rate']:.1%}"
+        f" (built in {time.perf_counter() - t0:.1f}s)")
+    label = cfg.label or cfg.policy
+    meta = {"workload": cfg.workload, "workload_opts": cfg.workload_opts, "policy": cfg.policy,
+            "label": label, "epsilon": cfg.epsilon, "workers": cfg.workers,
+            "profile": cfg.profile, "time_scale": cfg.time_scale, "num_gpu_blocks": blocks,
+            "working_set_blocks": working, "regime": _regime(working, blocks, cfg.workers),
+            "command": " ".join(sys.argv), "router_extra": cfg.router_extra}
+    procs: list[fleet.Proc] = []
+    logdir = cfg.logdir / f"{cfg.workload}-{label}-{int(time.time())}"
+    try:
+        worker_urls = list(cfg.worker_urls)
+        if not worker_urls:
+            longest = max(r.prompt_tokens + r.max_tokens for r in requests)
+            # the profile's 8,192 would reject long RAG/trace prompts (Llama-3.1: 128 k)
+            max_len = cfg.max_model_len or -(-(longest + 16) // 1024) * 1024
+            spec = fleet.WorkerSpec(profile=cfg.profile, time_scale=cfg.time_scale,
+                                    num_gpu_blocks=blocks, max_model_len=max_len)
+            procs += fleet.start_workers(cfg.workers, spec, logdir)
+            worker_urls = [p.url for p in procs]
+        router_pid, worker_ids = None, None
+        if cfg.router_url:
+            router_url = cfg.router_url
+        elif cfg.policy in peers.PEERS:
+            peer = peers.start_peer(cfg.policy, worker_urls, logdir)
+            procs.append(peer)
+            router_url, router_pid = peer.url, peer.popen.pid
+        else:
+            rblocks = fleet.residency_capacity(blocks, 256)
+            router = fleet.start_router(worker_urls, cfg.policy, logdir, epsilon=cfg.epsilon,
+                                        residency_blocks=rblocks, extra=cfg.router_extra)
+            procs.append(router)
+            router_url, router_pid = router.url, router.popen.pid
+            worker_ids = [f"w{i}" for i in range(len(worker_urls))]
+        log(f"[bench] {label}: fleet up ({time.perf_counter() - t0:.1f}s), driving load")
+        result = asyncio.run(_measure(cfg, requests, router_url, worker_urls, router_pid,
+                                      worker_ids, meta, bound))
+    finally:
+        for p in reversed(procs):
+            with contextlib.suppress(Exception):
+                p.stop()
+    log(f"[bench] {label}: hit rate {_fmt(result['hit_rate'])}, TTFT p50/p99 "
+        f"{_ms(result['ttft_ms']['p50'])}/{_ms(result['ttft_ms']['p99'])} ms simulated, "
+        f"ok {result['requests']['ok']}/{result['requests']['total']}, max/mean load "
+        f"{_num(result['load']['requests_max_over_mean'])}")
+    if cfg.out:
+        cfg.out.parent.mkdir(parents=True, exist_ok=True)
+        cfg.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    return result
+
+
+def _regime(working: int, blocks: int, workers: int) -> str:
+    if working <= blocks:
+        return "fits one worker"
+    if working <= blocks * workers:
+        return "larger than one worker, smaller than the fleet"
+    return "larger than the fleet"
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def _ms(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f}"
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
