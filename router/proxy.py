@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import aiohttp
@@ -63,7 +63,7 @@ class Proxy:
     async def forward(self, request: web.Request, path: str, body: bytes,
                       ranked: Sequence[Worker], stream: bool, request_id: str,
                       reason: str) -> Outcome:
-        headers = upstream_headers(request.headers, {"X-Request-Id": request_id})
+        headers = filtered_headers(request.headers, HOP_BY_HOP, {"X-Request-Id": request_id})
         failure = UpstreamFailure(503, "no worker could take the request", "none")
         tries = ranked[: self._config.retry_attempts]
         for attempt, worker in enumerate(tries):
@@ -121,7 +121,7 @@ class Proxy:
                                       "upstream_unreachable") from None
             self._metrics.ttfb.labels(path).observe(time.perf_counter() - started)
             worker.breaker.on_success()
-            reply = copy_response_headers(upstream.headers, reply_headers)
+            reply = filtered_headers(upstream.headers, RESPONSE_SKIP, reply_headers)
             if not (stream and upstream.status == 200):
                 return web.Response(status=upstream.status, body=first, headers=reply)
             return await self._relay(request, upstream, first, reply, worker, request_id)
@@ -155,17 +155,10 @@ class Proxy:
         return response
 
 
-def upstream_headers(incoming: CIMultiDict[str] | object,
+def filtered_headers(source: Mapping[str, str], skip: frozenset[str],
                      extra: dict[str, str]) -> CIMultiDict[str]:
+    """Copy headers minus ``skip`` (lower-case names), then set ``extra``."""
     headers: CIMultiDict[str] = CIMultiDict(
-        (k, v) for k, v in incoming.items() if k.lower() not in HOP_BY_HOP)  # type: ignore[attr-defined]
-    headers.update(extra)
-    return headers
-
-
-def copy_response_headers(upstream: CIMultiDict[str] | object,
-                          extra: dict[str, str]) -> CIMultiDict[str]:
-    headers: CIMultiDict[str] = CIMultiDict(
-        (k, v) for k, v in upstream.items() if k.lower() not in RESPONSE_SKIP)  # type: ignore[attr-defined]
+        (k, v) for k, v in source.items() if k.lower() not in skip)
     headers.update(extra)
     return headers
