@@ -71,18 +71,20 @@ def summarize(records: Sequence[Record], *, time_scale: float, wall_s: float,
         routed = by_header.get(wid, []) if wid else []
         intervals = [(r.sent_s, r.end_s) for r in routed if r.sent_s is not None and r.end_s]
         q = d.get("vllm:prefix_cache_queries_total", 0.0)
+        h = d.get("vllm:prefix_cache_hits_total", 0.0)
         workers.append({
             "url": url, "id": wid,
             "requests": int(d.get("vllm:request_success_total", 0.0)),
             "routed_by_header": len(routed) if wid else None,
             "busy_s": busy_seconds(intervals) / time_scale if wid else None,
-            "prefix_cache_queries": q, "prefix_cache_hits": d.get("vllm:prefix_cache_hits_total", 0.0),
-            "hit_rate": d.get("vllm:prefix_cache_hits_total", 0.0) / q if q else None,
+            "prefix_cache_queries": q, "prefix_cache_hits": h,
+            "hit_rate": h / q if q else None,
             "preemptions": d.get("vllm:num_preemptions_total", 0.0)})
     reqs = [w["requests"] for w in workers]
     busy = [w["busy_s"] for w in workers if w["busy_s"] is not None]
     sim_duration = wall_s / time_scale
-    counts = {s: sum(r.status == s for r in records) for s in ("ok", "error", "timeout", "not_sent")}
+    counts = {s: sum(r.status == s for r in records)
+              for s in ("ok", "error", "timeout", "not_sent")}
     return {
         "meta": dict(meta),
         "requests": {"total": len(records), **counts},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM unwinds like Ctrl-C so every started fleet process is stopped."""
+    import signal
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    with contextlib.suppress(ValueError):  # not the main thread (e.g. under a test runner)
+        signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    _exit_on_sigterm()
     if args.cmd == "run":
         from bench.runner import run
         urls = [u for u in args.worker_urls.split(",") if u]

@@ -39,7 +39,7 @@ class RagConfig:
 
 
 def _lognormal_int(rng: random.Random, median: float, sigma: float, lo: int, hi: int) -> int:
-    return max(lo, min(hi, int(round(median * math.exp(rng.gauss(0.0, sigma))))))
+    return max(lo, min(hi, round(median * math.exp(rng.gauss(0.0, sigma)))))
 
 
 def generate(cfg: RagConfig) -> list[BenchRequest]:

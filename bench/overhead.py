@@ -1,0 +1,159 @@
+"""``python -m bench overhead``: what the router hop costs, against an upstream that costs nothing.
+
+Closed-loop clients (concurrency C) send small completions back to back: directly to one
+fast upstream, then through each router in front of the same upstream. The load
+generator is pinned to CPU 0 and the system under test (upstream, router, Redis) to
+CPU 1, so the two do not steal each other's core. Results are quoted as ratios to the
+direct path measured in the same run, because absolute numbers on a shared 2-core
+machine move from minute to minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import orjson
+
+from bench import fleet, peers
+from bench.runner import log
+from bench.workloads.text import block_text
+
+PROMPT = block_text("overhead", 0, 900)  # ~4 KB: a few router chain blocks to hash
+
+
+async def _cell(url: str, concurrency: int, total: int, stream: bool) -> dict[str, float]:
+    body = orjson.dumps({"model": fleet.MODEL, "prompt": PROMPT, "max_tokens": 16,
+                         "stream": stream})
+    headers = {"Content-Type": "application/json"}
+    lat: list[float] = []
+    errors = 0
+    remaining = total
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        async def worker() -> None:
+            nonlocal remaining, errors
+            while remaining > 0:
+                remaining -= 1
+                t = time.perf_counter()
+                try:
+                    async with session.post(url + "/v1/completions", data=body,
+                                            headers=headers) as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            errors += 1
+                except aiohttp.ClientError:
+                    errors += 1
+                lat.append(time.perf_counter() - t)
+
+        for _ in range(min(50, total)):  # warm the connection pools
+            async with session.post(url + "/v1/completions", data=body, headers=headers) as r:
+                await r.read()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+    arr = np.asarray(lat) * 1000.0
+    return {"rps": len(lat) / wall, "p50_ms": float(np.percentile(arr, 50)),
+            "p99_ms": float(np.percentile(arr, 99)), "errors": errors, "n": len(lat)}
+
+
+def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
+                  redis_url: str | None) -> fleet.Proc | None:
+    if name == "direct":
+        return None
+    if name in peers.PEERS:
+        return peers.start_peer(name, [upstream], logdir, cpus=sut)
+    return fleet.start_router([upstream], "prefix_aware", logdir, cpus=sut, name=name,
+                              redis_url=redis_url if name == "prefix_router_redis" else None)
+
+
+def overhead(args: argparse.Namespace) -> dict[str, Any]:
+    caption = "python -m bench " + shlex.join(sys.argv[1:])
+    ncpu = os.cpu_count() or 1
+    gen, sut = ({0}, {1}) if ncpu >= 2 else ({0}, {0})
+    os.sched_setaffinity(0, gen)
+    logdir = Path("/tmp/prefix-router-bench") / f"overhead-{int(time.time())}"
+    concs = [int(c) for c in args.concurrency.split(",")]
+    targets = [t for t in args.targets.split(",") if t]
+    procs: list[fleet.Proc] = []
+    results: dict[str, Any] = {"caption": caption, "cells": [], "failures": {}}
+    try:
+        port = fleet.free_port()
+        up = fleet.launch("upstream", [sys.executable, "-m", "bench.upstream", str(port)],
+                          f"http://127.0.0.1:{port}", logdir, cpus=sut)
+        procs.append(up)
+        redis_url = None
+        if "prefix_router_redis" in targets:
+            rport = fleet.free_port()
+            redis = fleet.spawn("redis", ["redis-server", "--port", str(rport), "--save", "",
+                                          "--appendonly", "no", "--bind", "127.0.0.1"],
+                                f"redis://127.0.0.1:{rport}", logdir, cpus=sut)
+            procs.append(redis)
+            time.sleep(0.5)
+            redis_url = redis.url
+        for target in targets:
+            try:
+                proc = _start_target(target, up.url, logdir, sut, redis_url)
+            except Exception as exc:  # noqa: BLE001 - a peer that cannot start is a row
+                results["failures"][target] = str(exc).splitlines()[0][:200]
+                log(f"[overhead] {target}: not run: {results['failures'][target]}")
+                continue
+            url = proc.url if proc else up.url
+            pid = proc.popen.pid if proc else None
+            try:
+                for stream in (False, True):
+                    for c in concs:
+                        cpu0 = fleet.cpu_seconds(pid) if pid else None
+                        cell = asyncio.run(_cell(url, c, args.requests, stream))
+                        if pid:
+                            cell["router_cpu_us"] = ((fleet.cpu_seconds(pid) - cpu0)
+                                                     / (cell["n"] + min(50, args.requests)) * 1e6)
+                        cell.update(target=target, stream=stream, concurrency=c)
+                        results["cells"].append(cell)
+                        log(f"[overhead] {target} stream={stream} c={c}: "
+                            f"{cell['rps']:.0f} req/s p50 {cell['p50_ms']:.2f} ms "
+                            f"p99 {cell['p99_ms']:.2f} ms errors {cell['errors']}")
+            finally:
+                if proc:
+                    proc.stop()
+    finally:
+        for p in reversed(procs):
+            with contextlib.suppress(Exception):
+                p.stop()
+    md = table(results)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "overhead.md").write_text(md)
+    (args.out_dir / "overhead.json").write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    print(md)
+    return results
+
+
+def table(results: dict[str, Any]) -> str:
+    cells = results["cells"]
+    direct = {(c["stream"], c["concurrency"]): c for c in cells if c["target"] == "direct"}
+    lines = [f"`{results['caption']}`", "",
+             "| target | stream | conc | req/s | p50 ms | p99 ms | req/s vs direct | "
+             "p50 vs direct | p99 vs direct | router CPU µs/req | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        d = direct.get((c["stream"], c["concurrency"]))
+        cpu = c.get("router_cpu_us")
+
+        def ratio(k: str, c: dict[str, Any] = c, d: dict[str, Any] | None = d) -> str:
+            return f"{c[k] / d[k]:.2f}x" if d else "–"
+
+        lines.append(f"| {c['target']} | {'yes' if c['stream'] else 'no'} | {c['concurrency']} "
+                     f"| {c['rps']:.0f} | {c['p50_ms']:.2f} | {c['p99_ms']:.2f} | {ratio('rps')} "
+                     f"| {ratio('p50_ms')} | {ratio('p99_ms')} | "
+                     f"{'–' if cpu is None else f'{cpu:.0f}'} | {c['errors']} |")
+    for target, why in results["failures"].items():
+        lines.append(f"| {target} | not run: {why} |" + " |" * 9)
+    return "\n".join(lines) + "\n"
