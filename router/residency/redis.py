@@ -16,12 +16,14 @@ Reads: one EVALSHA per routing decision (a read-only Lua script binary-searching
 candidate's set). Writes: ``record`` queues; a background task flushes every ~50 ms (or
 sooner when ``batch_size`` records wait) in one non-transactional pipeline.
 
-Degradation: ``match`` runs under ``redis_timeout_ms``; any failure counts
-``prefix_router_redis_errors_total{op}``, opens a backoff window (0.1 s doubling to 5 s)
-during which Redis is not touched, and the answer comes from a local ``MemoryResidency``
-mirror that records everything this router routes. After the window one caller (reads or
-the flusher) probes; success closes the window and queued writes (bounded, oldest dropped)
-drain. A Redis outage therefore never fails, or even slows, a client request.
+Degradation: ``match`` waits at most ``redis_timeout_ms``; any failure counts
+``prefix_router_redis_errors_total{op}`` (op "match", or "match_timeout" for a late reply,
+which is left to finish on its connection rather than cancelled mid-read), opens a
+backoff window (0.1 s doubling to 5 s) during which Redis is not touched, and the answer
+comes from a local ``MemoryResidency`` mirror that records everything this router routes.
+After the window one caller (reads or the flusher) probes; success closes the window and
+queued writes (bounded, oldest dropped) drain. A Redis outage therefore never fails, or
+even slows, a client request.
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ for k = 1, #KEYS do
 end
 return out
 """
+
+
+def _consume(task: asyncio.Future[object]) -> None:
+    """Retrieve a late call's outcome so asyncio does not log it as never retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 class Backoff:
@@ -134,11 +142,17 @@ class RedisResidency:
         local = await self.local.match(chain, worker_ids)
         if not self.backoff.acquire():
             return local
+        call = asyncio.ensure_future(timed(self._metrics, "match", self._script(
+            keys=[self.key(w) for w in worker_ids], args=list(chain))))
         try:
+            # shielded: a late reply is left to land on its connection instead of cancelling
+            # it mid-read, which would cost a disconnect and a reconnect (a storm on a busy box)
             async with asyncio.timeout(self._timeout_s):
-                lengths = await timed(self._metrics, "match", self._script(
-                    keys=[self.key(w) for w in worker_ids], args=list(chain)))
+                lengths = await asyncio.shield(call)
         except Exception as exc:  # noqa: BLE001 - any Redis trouble means "use the local view"
+            if not call.done():
+                self._metrics.redis_errors.labels("match_timeout").inc()
+                call.add_done_callback(_consume)
             log.debug("residency match failed: %r", exc)
             self.backoff.failure()
             return local
