@@ -101,6 +101,11 @@ class WorkerConfig:
                        "wants a multiple of 32 (slow or refused otherwise)")
         if self.device == "cpu" and self.lmcache_profile:
             out.append("lmcache_profile with device cpu: LMCache's vLLM connector needs a GPU")
+        if self.kv_events_endpoint and self.kv_events_endpoint.startswith("tcp://") and \
+                "*" not in self.kv_events_endpoint and "::" not in self.kv_events_endpoint:
+            out.append(f"kv_events_endpoint {self.kv_events_endpoint} has no wildcard: vLLM "
+                       "will connect its PUB socket there instead of binding it, so a "
+                       "subscriber must bind that address (use tcp://*:PORT to bind)")
         if self.kv_events_endpoint and not self.kv_events_replay_endpoint:
             out.append("kv events without a replay endpoint: a subscriber that misses a batch "
                        "can only clear that worker's residency and relearn it")

