@@ -1,0 +1,68 @@
+"""Shared load between replicas (real Redis) and the engine-scrape arithmetic."""
+
+from __future__ import annotations
+
+from router.app import build_app
+from router.config import RouterConfig
+from router.discovery import residency_blocks
+from router.load import LoadSharer, LoadView, parse_engine_load
+from router.redis_client import make_client
+from router.registry import WorkerRecord
+from router.state import ROUTER, RouterState
+
+WORKERS = (("w0", "http://127.0.0.1:1"), ("w1", "http://127.0.0.1:2"))
+
+
+def replica(url: str) -> RouterState:
+    return build_app(RouterConfig(redis_url=url, workers=WORKERS))[ROUTER]
+
+
+async def test_replicas_see_each_others_in_flight(redis_server) -> None:
+    a, b = replica(redis_server.url), replica(redis_server.url)
+    clients = [make_client(redis_server.url) for _ in range(2)]
+    sa = LoadSharer(a, clients[0], view_a := LoadView(a))
+    sb = LoadSharer(b, clients[1], LoadView(b))
+    a.pool.get("w0").in_flight = 3  # type: ignore[union-attr]
+    for _ in range(4):
+        sa.sample()
+    await sa.tick()  # publishes a's mean in-flight (3 on w0)
+    await sb.tick()  # learns of a
+    await sb.tick()  # reads a's hash
+    assert b.pool.get("w0").external_load == 3  # type: ignore[union-attr]
+    assert b.pool.get("w1").external_load == 0  # type: ignore[union-attr]
+    a.pool.get("w0").in_flight = 0  # type: ignore[union-attr]
+    await sa.tick()
+    await sb.tick()
+    assert b.pool.get("w0").external_load == 0  # type: ignore[union-attr]
+    await sa.tick()
+    # a never counts its own published load as external
+    assert a.pool.get("w0").external_load == 0  # type: ignore[union-attr]
+    await sb.withdraw()
+    assert redis_server.client().zrange("prefix-router:replicas", 0, -1) == [
+        sa.replica_id.encode()]
+    assert view_a.others == {}
+    for c in clients:
+        await c.aclose()
+
+
+def test_engine_scrape_is_smoothed_and_net_of_our_own() -> None:
+    text = ('# HELP vllm:num_requests_running Number of requests\n'
+            'vllm:num_requests_running{model_name="m"} 4.0\n'
+            'vllm:num_requests_waiting{model_name="m"} 2.0\n'
+            'vllm:num_requests_running_total 99\n')
+    assert parse_engine_load(text) == 6
+    assert parse_engine_load("other 1\n") is None
+    state = build_app(RouterConfig(workers=WORKERS))[ROUTER]
+    view = LoadView(state)
+    view.observe_engine("w0", 1)  # one request caught once: noise, rounds away
+    view.apply()
+    assert state.pool.get("w0").external_load == 0  # type: ignore[union-attr]
+    for _ in range(6):  # sustained traffic that bypasses the routers shows
+        view.observe_engine("w0", 5)
+    view.apply()
+    assert state.pool.get("w0").external_load == 4  # type: ignore[union-attr]
+
+
+def test_capacity_conversion() -> None:
+    record = WorkerRecord(id="x", url="http://x", block_size=16, capacity_blocks=1000)
+    assert residency_blocks(record, 256) == 250  # 16,000 tokens x 4 chars / 256

@@ -1,0 +1,43 @@
+"""Discovery against real Redis: a Redis restart (empty registry) does not empty the pool."""
+
+from __future__ import annotations
+
+import asyncio
+
+from router import registry
+from router.app import build_app
+from router.config import RouterConfig
+from router.discovery import Discovery
+from router.redis_client import make_client
+from router.registry import WorkerRecord
+from router.state import ROUTER
+
+
+async def test_pool_follows_registry_and_survives_an_empty_one(redis_server) -> None:
+    state = build_app(RouterConfig(redis_url=redis_server.url, discover=True,
+                                   workers=(("static", "http://127.0.0.1:9"),)))[ROUTER]
+    client = make_client(redis_server.url)
+    discovery = Discovery(state, client)
+    record = WorkerRecord(id="r1", url="http://127.0.0.1:8", models=("m",), block_size=16,
+                          capacity_blocks=640)
+    await registry.publish(client, record, ttl_s=1.5)
+    await discovery.poll()
+    worker = state.pool.get("r1")
+    assert worker is not None and worker.source == "registry" and worker.models == {"m"}
+    assert state.residency.local._capacity["r1"] == 160  # type: ignore[attr-defined]
+
+    await registry.set_draining(client, "r1", True)
+    await discovery.poll()
+    assert worker.draining
+    worker.draining = False  # an admin undrain sticks until the registry flag changes again
+    await discovery.poll()
+    assert not worker.draining
+
+    redis_server.client().flushall()  # as after a restart, before workers heartbeat again
+    await discovery.poll()
+    assert state.pool.get("r1") is worker  # kept until its announced expiry
+    await asyncio.sleep(1.6)
+    await discovery.poll()
+    assert state.pool.get("r1") is None
+    assert state.pool.get("static") is not None  # never touched
+    await client.aclose()
