@@ -18,12 +18,12 @@ sooner when ``batch_size`` records wait) in one non-transactional pipeline.
 
 Degradation: ``match`` waits at most ``redis_timeout_ms``; any failure counts
 ``prefix_router_redis_errors_total{op}`` (op "match", or "match_timeout" for a late reply,
-which is left to finish on its connection rather than cancelled mid-read), opens a
-backoff window (0.1 s doubling to 5 s) during which Redis is not touched, and the answer
-comes from a local ``MemoryResidency`` mirror that records everything this router routes.
-After the window one caller (reads or the flusher) probes; success closes the window and
-queued writes (bounded, oldest dropped) drain. A Redis outage therefore never fails, or
-even slows, a client request.
+which is left to finish on its connection rather than cancelled mid-read). An error, or
+three late replies in a row, opens a backoff window (0.1 s doubling to 5 s) during which
+Redis is not touched; the answer then comes from a local ``MemoryResidency`` mirror that
+records everything this router routes. After the window one caller (reads or the flusher)
+probes; success closes the window and queued writes (bounded, oldest dropped) drain. A
+Redis outage therefore never fails, or even slows, a client request.
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ def _consume(task: asyncio.Future[object]) -> None:
         task.exception()
 
 
+SLOW_RUN = 3  # consecutive late replies that count as an outage
+
+
 class Backoff:
     """Circuit for a shared dependency: closed, open for a growing window, one probe after it."""
 
@@ -80,6 +83,7 @@ class Backoff:
         self._window_s = 0.0
         self._until = 0.0
         self._probing = False
+        self._slow_run = 0  # consecutive late replies
 
     @property
     def down(self) -> bool:
@@ -98,6 +102,14 @@ class Backoff:
         if self.down:
             log.info("redis is back")
         self._window_s = 0.0
+        self._probing = False
+
+    def slow(self) -> None:
+        """A late reply: Redis is alive. Only a run of them (a hung or swamped server) opens
+        the window, so one scheduling hiccup on a busy box doesn't turn Redis off."""
+        self._slow_run += 1
+        if self._slow_run >= SLOW_RUN:
+            self.failure()
         self._probing = False
 
     def failure(self) -> None:
@@ -150,11 +162,13 @@ class RedisResidency:
             async with asyncio.timeout(self._timeout_s):
                 lengths = await asyncio.shield(call)
         except Exception as exc:  # noqa: BLE001 - any Redis trouble means "use the local view"
-            if not call.done():
+            log.debug("residency match failed: %r", exc)
+            if call.done():
+                self.backoff.failure()
+            else:
                 self._metrics.redis_errors.labels("match_timeout").inc()
                 call.add_done_callback(_consume)
-            log.debug("residency match failed: %r", exc)
-            self.backoff.failure()
+                self.backoff.slow()
             return local
         self.backoff.success()
         # our own decisions not yet flushed are known locally: take the longer of the two

@@ -105,3 +105,21 @@ async def test_outage_falls_back_to_local_and_writes_resume(redis_server) -> Non
     assert r.zcard("t:res:w2") >= 5, "writes resume once Redis is back"
     await s.close()
     await s._redis.aclose()
+
+
+async def test_slow_redis_answers_locally_without_dropping_connections(redis_server) -> None:
+    s = store(redis_server.url, timeout_ms=30.0)
+    c = chain("doc", 6)
+    s.record("w1", c)
+    await s.flush()
+    assert await s.match(c, ["w1"]) == {"w1": 6}
+    redis_server.client().execute_command("CLIENT", "PAUSE", "400", "ALL")
+    started = time.monotonic()
+    assert await s.match(c, ["w1"]) == {"w1": 6}  # from the local mirror, on time
+    assert time.monotonic() - started < 0.3
+    assert errors(s, "match_timeout") == 1
+    assert not s.backoff.down  # one late reply is not an outage
+    await asyncio.sleep(0.5)
+    assert await s.match(c, ["w1"]) == {"w1": 6}
+    assert errors(s, "match") == 0  # the late reply landed; nothing was cut mid-read
+    await s._redis.aclose()
