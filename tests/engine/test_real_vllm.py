@@ -21,6 +21,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from engine_worker.block_hash import block_hashes
 from engine_worker.kv_events import KVEventSubscriber, subscribed
 from engine_worker.residency import ExactResidency
 from tests.engine.envs import VLLM_INSTALL, VLLM_PYTHON, require
@@ -159,6 +160,36 @@ async def test_kv_events_give_exact_residency(workers: dict[str, Worker]) -> Non
         assert hit == expected_hit(warm_b["prompt_tokens"])
         shared = residency.resident("a") & residency.resident("b")
         assert len(shared) >= hit // BLOCK, "same tokens, same hash algorithm and seed"
+
+
+async def tokenize(http: aiohttp.ClientSession, worker: Worker, prompt: str) -> list[int]:
+    body = {"model": MODEL_NAME, "prompt": prompt}
+    async with http.post(f"{worker.url}/tokenize", json=body) as resp:
+        assert resp.status == 200, await resp.text()
+        return (await resp.json())["tokens"]
+
+
+async def test_router_side_hashes_predict_cached_tokens(workers: dict[str, Worker]) -> None:
+    """Precise mode in miniature: tokens -> sha256_cbor chain -> residency = vLLM's hit."""
+    worker = workers["a"]
+    residency = ExactResidency()
+    sub = KVEventSubscriber("a", worker.events, residency, replay_endpoint=worker.replay,
+                            topic="kv-events")
+    prompts = [document(10 + d % 3, words=300 + 50 * (d % 3)) + f" question {q}: why?"
+               for d in range(6) for q in range(2)]
+    agree = 0
+    async with subscribed(sub), \
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+        for prompt in prompts:
+            tokens = await tokenize(http, worker, prompt)
+            chain = block_hashes(tokens, BLOCK, seed="0")
+            predicted = min(residency.match("a", chain), (len(tokens) - 1) // BLOCK) * BLOCK
+            usage = await complete(http, worker, prompt)
+            assert usage["prompt_tokens"] == len(tokens)
+            agree += predicted == usage["prompt_tokens_details"]["cached_tokens"]
+            await eventually(lambda c=chain: residency.match("a", c) == len(c))
+    assert agree == len(prompts), f"{agree}/{len(prompts)} predictions exact"
+    assert sub.stats.decode_errors == 0
 
 
 async def test_sigterm_drains_and_exits_zero(workers: dict[str, Worker]) -> None:

@@ -1,0 +1,28 @@
+"""engine_worker.block_hash: the chain properties precise routing relies on.
+
+Equality with vLLM's own hashes is checked against a real worker in test_real_vllm.py.
+"""
+
+from __future__ import annotations
+
+from engine_worker.block_hash import block_hashes, none_hash
+from engine_worker.residency import block_key
+
+
+def test_only_full_blocks_are_hashed() -> None:
+    assert len(block_hashes(list(range(95)), 32)) == 2
+    assert len(block_hashes(list(range(96)), 32)) == 3
+    assert block_hashes(list(range(31)), 32) == []
+
+
+def test_chain_depends_on_prefix_and_seed() -> None:
+    a = block_hashes([1] * 32 + [2] * 32, 32)
+    b = block_hashes([1] * 32 + [3] * 32, 32)
+    assert a[0] == b[0] and a[1] != b[1]
+    assert block_hashes([1] * 32, 32, seed="1") != a[:1]
+    assert none_hash("0") != none_hash("1")
+
+
+def test_known_value_of_vllm_0_32() -> None:
+    """vLLM 0.32: hash_block_tokens(sha256_cbor, None, range(32)) with PYTHONHASHSEED=0."""
+    assert block_key(block_hashes(list(range(32)), 32)[0]) == 16788556735714370586
