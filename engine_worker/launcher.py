@@ -157,6 +157,7 @@ class Launcher:
             kv_events_endpoint=config.public_kv_events_endpoint,
             extra={"engine": "vllm", "device": config.device,
                    "hash_algo": config.prefix_caching_hash_algo,
+                   "hash_seed": config.python_hash_seed,
                    "lmcache_profile": os.path.basename(config.lmcache_profile or "")},
         )
 
