@@ -142,7 +142,13 @@ class WorkerConfig:
     @property
     def public_kv_events_endpoint(self) -> str:
         """The KV events endpoint as a subscriber elsewhere must dial it (no wildcard)."""
-        endpoint = self.kv_events_endpoint or ""
+        return self._public_endpoint(self.kv_events_endpoint or "")
+
+    @property
+    def public_kv_events_replay_endpoint(self) -> str:
+        return self._public_endpoint(self.kv_events_replay_endpoint or "")
+
+    def _public_endpoint(self, endpoint: str) -> str:
         if not endpoint.startswith("tcp://"):
             return endpoint
         host, _, port = endpoint[len("tcp://"):].rpartition(":")

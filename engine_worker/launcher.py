@@ -158,6 +158,8 @@ class Launcher:
             extra={"engine": "vllm", "device": config.device,
                    "hash_algo": config.prefix_caching_hash_algo,
                    "hash_seed": config.python_hash_seed,
+                   "kv_events_replay_endpoint": config.public_kv_events_replay_endpoint,
+                   "kv_events_topic": config.kv_events_topic,
                    "lmcache_profile": os.path.basename(config.lmcache_profile or "")},
         )
 

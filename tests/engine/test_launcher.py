@@ -164,6 +164,7 @@ def test_register_drain_deregister(redis_server, tmp_path: Path) -> None:
     record = tmp_path / "fake.json"
     proc = spawn_worker(port, "--register-redis", redis_server.url, "--worker-id", "wA",
                         "--kv-events-endpoint", "tcp://*:5599",
+                        "--kv-events-replay-endpoint", "tcp://*:5598",
                         "--lmcache-profile", "lmcache_config/cpu-offload.yaml",
                         env={"FAKE_VLLM_RECORD": str(record)})
     client = redis_server.client()
@@ -176,6 +177,9 @@ def test_register_drain_deregister(redis_server, tmp_path: Path) -> None:
         assert entry["capacity_blocks"] == "1234" and entry["block_size"] == "16"
         assert entry["kv_events_endpoint"] == "tcp://127.0.0.1:5599"
         assert entry["draining"] == "0"
+        extra = json.loads(entry["extra"])
+        assert extra["kv_events_replay_endpoint"] == "tcp://127.0.0.1:5598"
+        assert extra["hash_algo"] == "sha256_cbor" and extra["hash_seed"] == "0"
         seen = json.loads(record.read_text())
         assert seen["env"]["LMCACHE_CONFIG_FILE"].endswith("lmcache_config/cpu-offload.yaml")
         assert seen["env"]["PYTHONHASHSEED"] == "0"
