@@ -13,8 +13,9 @@ The key itself also carries a TTL, renewed by every write, so an abandoned worke
 disappears on its own.
 
 Reads: one EVALSHA per routing decision (a read-only Lua script binary-searching every
-candidate's set). Writes: ``record`` queues; a background task flushes every ~50 ms (or
-sooner when ``batch_size`` records wait) in one non-transactional pipeline.
+candidate's set). Writes: ``record`` queues; a background task flushes every ~50 ms (at once when
+``batch_size`` records wait, or when a record places a context that matched nowhere, so
+replicas agree on new placements) in one non-transactional pipeline.
 
 Degradation: ``match`` waits at most ``redis_timeout_ms``; any failure counts
 ``prefix_router_redis_errors_total{op}`` (op "match", or "match_timeout" for a late reply,
@@ -138,6 +139,7 @@ class RedisResidency:
         self._batch_size = batch_size
         self._pending: deque[tuple[str, Sequence[bytes], int]] = deque(maxlen=max_pending)
         self._forgotten: set[str] = set()
+        self._cold: set[bytes] = set()  # chain heads that matched nowhere, awaiting a record
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._script = client.register_script(MATCH_LUA)
@@ -176,7 +178,14 @@ class RedisResidency:
         for worker_id, n in local.items():
             if n > result.get(worker_id, 0):
                 result[worker_id] = n
+        if not result:
+            self._note_cold(chain[0])
         return result
+
+    def _note_cold(self, head: bytes) -> None:
+        if len(self._cold) >= 4096:  # bounded: a head that was never recorded ages out
+            self._cold.clear()
+        self._cold.add(head)
 
     def record(self, worker_id: str, chain: Sequence[bytes]) -> None:
         if not chain:
@@ -185,7 +194,11 @@ class RedisResidency:
         if len(self._pending) == self._pending.maxlen:
             self.dropped += 1
         self._pending.append((worker_id, chain, time.time_ns() // 1000))
-        if len(self._pending) >= self._batch_size:
+        # a first placement (no worker held this context) is written at once, not within
+        # the batch period: another replica routing the same context in those ~50 ms would
+        # otherwise place it elsewhere, and the context would stay split between two workers
+        if len(self._pending) >= self._batch_size or chain[0] in self._cold:
+            self._cold.discard(chain[0])
             self._wake.set()
 
     def set_capacity(self, worker_id: str, blocks: int) -> None:

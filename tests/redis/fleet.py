@@ -100,6 +100,13 @@ def contexts(n: int, chars: int, seed: int = 7) -> list[str]:
     return docs
 
 
+def rag_question(i: int) -> str:
+    """A question whose own text fills more than a block (256 chars) after its unique part,
+    so the routing key (last full block when the prompt is shorter than the key window)
+    differs per request: only residency can then bring a context back to its worker."""
+    return f"question {i}: " + "explain the relevant passage in detail, " * 8
+
+
 def rag_body(doc: str, question: str, max_tokens: int = 2) -> dict:
     return {"model": MODEL, "max_tokens": max_tokens, "messages": [
         {"role": "system", "content": "Answer from the context."},
