@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,7 @@ def _exit_on_sigterm() -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # for table captions
     _exit_on_sigterm()
     if args.cmd == "run":
         from bench.runner import run

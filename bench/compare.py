@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +63,7 @@ def table(results: list[dict[str, Any]], failures: list[tuple[str, str]], captio
 
 
 def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
-    caption = "python -m bench " + shlex.join(sys.argv[1:])
+    caption = "python -m bench " + shlex.join(args.argv)
     name = args.name or args.workload
     out_dir: Path = args.out_dir
     out_dir.mkdir(parents=True, exist_ok=True)

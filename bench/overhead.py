@@ -76,7 +76,7 @@ def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
 
 
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
-    caption = "python -m bench " + shlex.join(sys.argv[1:])
+    caption = "python -m bench " + shlex.join(args.argv)
     ncpu = os.cpu_count() or 1
     gen, sut = ({0}, {1}) if ncpu >= 2 else ({0}, {0})
     os.sched_setaffinity(0, gen)

@@ -81,7 +81,7 @@ async def _one(n_workers: int, resident: int, decisions: int) -> dict[str, Any]:
 
 
 def scale(args: argparse.Namespace) -> list[dict[str, Any]]:
-    caption = "python -m bench " + shlex.join(sys.argv[1:])
+    caption = "python -m bench " + shlex.join(args.argv)
     rows = []
     for n in [int(x) for x in args.workers.split(",")]:
         for r in [int(x) for x in args.blocks.split(",")]:
