@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+
+
+def _wrap(caption: str, width: int = 130) -> str:
+    return "\n".join(textwrap.wrap(caption, width))
 
 
 def _ttfts(result: dict[str, Any]) -> np.ndarray:
@@ -29,7 +34,7 @@ def ttft_cdf(results: Sequence[dict[str, Any]], path: Path, caption: str) -> Non
     ax.set_xscale("log")
     ax.set_xlabel("time to first token (simulated ms, client-side, log scale)")
     ax.set_ylabel("fraction of requests")
-    ax.set_title(f"TTFT CDF per policy\n{caption}", fontsize=9)
+    ax.set_title("TTFT CDF per policy\n" + _wrap(caption), fontsize=7)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -60,7 +65,7 @@ def hit_rate_p99(results: Sequence[dict[str, Any]], path: Path, caption: str) ->
         ax.set_xlabel("policy")
         ax.legend(fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
-    fig.suptitle(caption, fontsize=9)
+    fig.suptitle(_wrap(caption, 180), fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -76,7 +81,7 @@ def worker_load(results: Sequence[dict[str, Any]], path: Path, caption: str) -> 
     ax.set_xticks(np.arange(n) + 0.4 - width / 2, [f"worker {i}" for i in range(n)])
     ax.set_xlabel("worker")
     ax.set_ylabel("requests served (count, from the workers' counters)")
-    ax.set_title(f"Per-worker load per policy\n{caption}", fontsize=9)
+    ax.set_title("Per-worker load per policy\n" + _wrap(caption), fontsize=7)
     ax.legend(fontsize=8, ncol=2)
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
