@@ -23,7 +23,10 @@ N_CONTEXTS, N_WORKERS, N_REQUESTS = 100, 4, 2000
 
 async def test_two_routers_agree_on_context_placement(redis_server, fleet: Fleet) -> None:
     sims = [fleet.sim(f"w{i}") for i in range(N_WORKERS)]
-    routers = [fleet.router(name, redis_server.url, sims) for name in ("ra", "rb")]
+    # 100 ms Redis timeout: seven processes share two cores here; a late reply would route
+    # on the local view (tested in test_store/test_outage), which is not what this measures
+    routers = [fleet.router(name, redis_server.url, sims, redis_timeout_ms=100)
+               for name in ("ra", "rb")]
     docs = contexts(N_CONTEXTS, 3000)
     rng = random.Random(1)
     jobs = []
@@ -36,18 +39,17 @@ async def test_two_routers_agree_on_context_placement(redis_server, fleet: Fleet
     per_router = Counter(r.router for r in results)
     assert per_router["ra"] == per_router["rb"] == N_REQUESTS // 2
     by_context: dict[int, Counter[str]] = defaultdict(Counter)
-    by_replica: dict[tuple[str, int], Counter[str]] = defaultdict(Counter)
     for r in results:
         by_context[r.context][r.worker] += 1
-        by_replica[r.router, r.context][r.worker] += 1
     agreement = sum(c.most_common(1)[0][1] for c in by_context.values()) / len(results)
     used = Counter(r.worker for r in results)
     print(f"agreement {agreement:.4f}; per worker {dict(used)}; "
           f"reasons {dict(Counter(r.reason for r in results))}")
     assert agreement >= 0.99
-    home = {key: c.most_common(1)[0][0] for key, c in by_replica.items()}
-    assert all(home["ra", ctx] == home["rb", ctx] for ctx in by_context
-               if ("ra", ctx) in home and ("rb", ctx) in home)
+    home = {ctx: c.most_common(1)[0][0] for ctx, c in by_context.items()}
+    for name in ("ra", "rb"):  # neither replica has a private picture of its own
+        mine = [r for r in results if r.router == name]
+        assert sum(r.worker == home[r.context] for r in mine) / len(mine) >= 0.98
     assert len(used) == N_WORKERS  # the contexts are spread, not pinned to one worker
     r = redis_server.client()
     wait_until(lambda: len(r.keys("prefix-router:res:*")) == N_WORKERS, 5, "residency keys")
