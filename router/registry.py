@@ -67,10 +67,20 @@ def worker_key(prefix: str, worker_id: str) -> str:
 
 async def publish(redis: Redis, record: WorkerRecord, ttl_s: float,
                   prefix: str = DEFAULT_KEY_PREFIX) -> None:
-    """Register or renew a worker: one MULTI round trip."""
+    """Register or renew a worker: one MULTI round trip.
+
+    A renewal never clears ``draining``: an operator's ``set_draining`` must survive the
+    worker's next heartbeat, so the flag is only ever set here, or created as "0".
+    """
     key = worker_key(prefix, record.id)
+    fields = record.to_hash()
+    draining = fields.pop("draining")
     async with redis.pipeline(transaction=True) as pipe:
-        pipe.hset(key, mapping=record.to_hash())
+        pipe.hset(key, mapping=fields)
+        if draining == "1":
+            pipe.hset(key, "draining", "1")
+        else:
+            pipe.hsetnx(key, "draining", "0")
         pipe.pexpire(key, int(ttl_s * 1000))
         pipe.zadd(workers_key(prefix), {record.id: time.time() + ttl_s})
         await pipe.execute()

@@ -37,19 +37,22 @@ class PrefixAware:
     def rank(self, key: RoutingKey, candidates: Sequence[Worker],
              matches: Mapping[str, int]) -> Decision:
         bound = load_bound(sum(w.load for w in candidates), len(candidates), self.epsilon)
-        walk = self._rings.walk(key.key, candidates)
         warm = [w for w in candidates
                 if matches.get(w.id, 0) >= self.min_match and w.load + 1 <= bound]
         seen: list[Worker] = []
         if warm:
             longest = max(matches[w.id] for w in warm)
             tied = {w.id for w in warm if matches[w.id] == longest}
+            # break ties on the ring from the shared block itself, not from this request's
+            # key: every request sharing that prefix then prefers the same warm replica
+            walk = self._rings.walk(key.chain[min(longest, len(key.chain)) - 1].hex(), candidates)
             for worker in walk:  # the first tied worker in ring order wins
                 seen.append(worker)
                 if worker.id in tied:
                     choice, reason = worker, "warm"
                     break
         else:
+            walk = self._rings.walk(key.key, candidates)
             for worker in walk:
                 seen.append(worker)
                 if worker.load + 1 <= bound:

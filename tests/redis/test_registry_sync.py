@@ -41,3 +41,20 @@ async def test_pool_follows_registry_and_survives_an_empty_one(redis_server) -> 
     assert state.pool.get("r1") is None
     assert state.pool.get("static") is not None  # never touched
     await client.aclose()
+
+
+async def test_a_heartbeat_keeps_an_operators_drain_flag(redis_server) -> None:  # type: ignore[no-untyped-def]
+    client = make_client(redis_server.url)
+    record = WorkerRecord(id="hb", url="http://127.0.0.1:1", models=("m",))
+    try:
+        await registry.publish(client, record, ttl_s=5)
+        await registry.set_draining(client, "hb", True)
+        await registry.publish(client, record, ttl_s=5)  # the worker's next heartbeat
+        (live,) = await registry.read_live(client)
+        assert live.draining is True
+        await registry.set_draining(client, "hb", False)
+        await registry.publish(client, record, ttl_s=5)
+        (live,) = await registry.read_live(client)
+        assert live.draining is False
+    finally:
+        await client.aclose()

@@ -93,3 +93,22 @@ def test_every_policy_ranks_each_candidate_at_most_once(loads: list[int], k: int
 def test_bound_formula_matches_the_paper() -> None:
     assert load_bound(0, 4, 0.25) == 1
     assert load_bound(15, 4, 0.25) == math.ceil(1.25 * 16 / 4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(min_value=2, max_value=10), a=st.integers(0, 10**9),
+       b=st.integers(0, 10**9), warm=st.sets(st.integers(0, 9), min_size=2))
+def test_equally_warm_replicas_are_preferred_the_same_way_by_every_request(
+        n: int, a: int, b: int, warm: set[int]) -> None:
+    """Two requests sharing a prefix (but not their ring keys) pick the same warm replica."""
+    pool = workers([0] * n)
+    shared = tuple(bytes([i]) * 8 for i in range(4))
+    first = RoutingKey(key=f"{a:x}", chain=(*shared, b"\x01" * 8), explicit=False)
+    second = RoutingKey(key=f"{b:x}", chain=(*shared, b"\x02" * 8), explicit=False)
+    matches = {f"w{i}": len(shared) for i in warm if i < n}
+    if len(matches) < 2:
+        return
+    policy = make_policy("prefix_aware")
+    one, two = policy.rank(first, pool, matches), policy.rank(second, pool, matches)
+    assert one.reason == two.reason == "warm"
+    assert one.ranked[0] is two.ranked[0]
