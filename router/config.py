@@ -58,6 +58,8 @@ class RouterConfig:
     bound_epsilon: float = _opt(0.25, "load bound slack: bound = ceil((1+eps)(L+1)/n)",
                                 *_POSITIVE)
     min_match: int = _opt(1, "blocks a resident prefix must cover to count as warm", *_POSITIVE)
+    warm_ratio: float = _opt(0.5, "share of a prompt's blocks a worker must hold for residency "
+                             "to override the ring", lambda v: 0 < v <= 1, "must be in (0, 1]")
     residency_capacity: int = _opt(65536, "tracked blocks per worker when it reports none",
                                    *_POSITIVE)
     connect_timeout_s: float = _opt(2.0, "upstream connect timeout", *_POSITIVE)

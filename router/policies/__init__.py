@@ -11,9 +11,10 @@ from router.policies.round_robin import RoundRobin
 POLICY_NAMES = ("prefix_aware", "consistent_hash", "least_loaded", "round_robin")
 
 
-def make_policy(name: str, *, epsilon: float = 0.25, min_match: int = 1) -> Policy:
+def make_policy(name: str, *, epsilon: float = 0.25, min_match: int = 1,
+                warm_ratio: float = 0.5) -> Policy:
     if name == "prefix_aware":
-        return PrefixAware(epsilon=epsilon, min_match=min_match)
+        return PrefixAware(epsilon=epsilon, min_match=min_match, warm_ratio=warm_ratio)
     if name == "consistent_hash":
         return ConsistentHash()
     if name == "least_loaded":

@@ -1,11 +1,15 @@
 """Consistent hashing with bounded loads, corrected by residency (DESIGN.md, "prefix_aware").
 
 bound = ceil((1 + epsilon) * (total load + 1) / n)  (Mirrokni, Thorup, Zadimoghaddam).
-Among workers under the bound the longest resident prefix wins (ties in ring order); with
-no useful match the key's ring owner takes it, or the next ring node under the bound (a
-spill, which makes a hot prefix's second warm replica). Some worker is always under the
-bound, so a request is never sent over it while another could take it. The ring is walked
-lazily: a decision touches a few ring nodes, not the whole fleet.
+By default the key's ring owner takes the request, or the next ring node under the bound
+(a spill, which makes a hot context's second warm replica). Residency overrides the ring
+only for a *significant* match: a worker under the bound that holds at least
+``warm_ratio`` of this prompt's blocks (and ``min_match``). A shorter match is what every
+worker that served anything holds (a shared system prompt); letting it win would pile all
+new contexts onto a few workers and leave others cold. Among significant matches the
+longest wins, ties broken on the ring from the shared block itself, so every request
+sharing that prefix prefers the same replica. Some worker is always under the bound, so no
+request goes over it while another could take it. The ring is walked lazily.
 """
 
 from __future__ import annotations
@@ -28,25 +32,27 @@ class PrefixAware:
     name = "prefix_aware"
     uses_residency = True
 
-    def __init__(self, epsilon: float = 0.25, min_match: int = 1, depth: int = 4) -> None:
+    def __init__(self, epsilon: float = 0.25, min_match: int = 1, warm_ratio: float = 0.5,
+                 depth: int = 4) -> None:
         self.epsilon = epsilon
         self.min_match = min_match
+        self.warm_ratio = warm_ratio
         self.depth = depth  # ranked-list length: the choice plus its failovers
         self._rings = RingCache()
 
     def rank(self, key: RoutingKey, candidates: Sequence[Worker],
              matches: Mapping[str, int]) -> Decision:
         bound = load_bound(sum(w.load for w in candidates), len(candidates), self.epsilon)
+        significant = max(self.min_match, math.ceil(self.warm_ratio * len(key.chain)))
         warm = [w for w in candidates
-                if matches.get(w.id, 0) >= self.min_match and w.load + 1 <= bound]
+                if matches.get(w.id, 0) >= significant and w.load + 1 <= bound]
         seen: list[Worker] = []
         if warm:
             longest = max(matches[w.id] for w in warm)
             tied = {w.id for w in warm if matches[w.id] == longest}
-            # break ties on the ring from the shared block itself, not from this request's
-            # key: every request sharing that prefix then prefers the same warm replica
-            walk = self._rings.walk(key.chain[min(longest, len(key.chain)) - 1].hex(), candidates)
-            for worker in walk:  # the first tied worker in ring order wins
+            walk = self._rings.walk(key.chain[min(longest, len(key.chain)) - 1].hex(),
+                                    candidates)
+            for worker in walk:
                 seen.append(worker)
                 if worker.id in tied:
                     choice, reason = worker, "warm"

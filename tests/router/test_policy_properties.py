@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 
@@ -112,3 +113,28 @@ def test_equally_warm_replicas_are_preferred_the_same_way_by_every_request(
     one, two = policy.rank(first, pool, matches), policy.rank(second, pool, matches)
     assert one.reason == two.reason == "warm"
     assert one.ranked[0] is two.ranked[0]
+
+
+async def test_a_shared_system_prompt_does_not_make_every_busy_worker_warm() -> None:
+    """New documents behind one system prompt spread over the ring, even one at a time."""
+    from router.keys import prompt_key
+    from router.residency.memory import MemoryResidency
+
+    policy, residency, pool = make_policy("prefix_aware"), MemoryResidency(), workers([0] * 4)
+    system = "You answer from the documents. " * 30  # ~4 blocks every prompt shares
+    chosen = []
+    for doc in range(40):
+        prompt = (system + f"document {doc} " * 400 + "question?").encode()
+        k = prompt_key(prompt, "m", block_size=256, max_blocks=256, key_blocks=32)
+        matches = await residency.match(k.chain, [w.id for w in pool])
+        decision = policy.rank(k, pool, matches)
+        assert decision.reason == "ring"  # only the system prompt is resident anywhere
+        residency.record(decision.ranked[0].id, k.chain)
+        await asyncio.sleep(0)  # let the batched record land
+        chosen.append(decision.ranked[0].id)
+    assert set(chosen) == {"w0", "w1", "w2", "w3"}
+    # and a repeat of a document is warm where it went first
+    prompt = (system + "document 7 " * 400 + "another question?").encode()
+    k = prompt_key(prompt, "m", block_size=256, max_blocks=256, key_blocks=32)
+    decision = policy.rank(k, pool, await residency.match(k.chain, [w.id for w in pool]))
+    assert decision.ranked[0].id == chosen[7]
