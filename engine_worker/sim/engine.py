@@ -153,6 +153,9 @@ class Engine:
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
+        # requests may already wait when the loop (re)starts: catch up with the clock first,
+        # or their first token would be stamped before their arrival
+        self.sim_now = max(self.sim_now, self.clock.now())
         while True:
             if not self.running and not self.waiting:
                 self._wakeup.clear()

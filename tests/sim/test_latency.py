@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import yaml
 
-from engine_worker.sim import Engine, EngineConfig, VirtualClock
+from engine_worker.sim import Engine, EngineConfig, ScaledClock, VirtualClock
 from engine_worker.sim.profiles import load_profile
 from engine_worker.sim.roofline import prefill_seconds
 
@@ -84,3 +85,14 @@ async def test_n_greater_than_one_shares_the_prompt_and_streams_are_deterministi
     assert stats.completion_tokens == 15
     key = sorted((e.index, e.token_id) for e in events)
     assert key == sorted((e.index, e.token_id) for e in again)
+
+
+async def test_first_request_after_start_has_a_positive_ttft() -> None:
+    """The engine loop catches up with a clock that ran before the first request."""
+    clock = ScaledClock(time_scale=0.001)
+    await asyncio.sleep(0.05)  # 50 simulated seconds pass before anything is submitted
+    engine = Engine("llama-3-8b@h100-80gb", EngineConfig(), clock=clock)
+    _, stats = await engine.generate(list(range(200)), max_tokens=2)
+    await engine.stop()
+    assert stats.ttft > 0
+    assert stats.e2e >= stats.ttft
