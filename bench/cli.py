@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--policies", default="round_robin,least_loaded,consistent_hash,"
                    "prefix_aware@0.1,prefix_aware@0.25,prefix_aware@1.0,"
                    "sglang_cache_aware,vllm_cache_aware",
-                   help="comma list; prefix_aware@EPS sets epsilon; +hdr sends X-Context-Hash")
+                   help="comma list; prefix_aware@EPS sets epsilon; +hdr sends X-Context-Hash "
+                   "of the whole context, +hdr1 of the first document")
     c.add_argument("--out-dir", type=Path, default=RESULTS)
     c.add_argument("--name", default=None, help="file stem (default: the workload)")
     o = sub.add_parser("overhead", help="cost of the hop: direct vs through routers")

@@ -23,12 +23,19 @@ COLUMNS = ("policy", "hit rate", "unbounded / fleet-LRU bound", "TTFT p50 / p90 
            "max/mean busy", "router CPU µs/req", "ok/total")
 
 
-def parse_policy(spec: str) -> tuple[str, float | None, bool]:
-    """'prefix_aware@0.1+hdr' -> (policy, epsilon, send X-Context-Hash)."""
-    hdr = spec.endswith("+hdr")
-    spec = spec.removesuffix("+hdr")
+def parse_policy(spec: str) -> tuple[str, float | None, str | None]:
+    """'prefix_aware@0.1+hdr' -> (policy, epsilon, X-Context-Hash scope or None).
+
+    ``+hdr`` sends X-Context-Hash over the whole retrieved context (the SDK's contract),
+    ``+hdr1`` over the first document only (an application's own key).
+    """
+    scope = None
+    for suffix, value in (("+hdr1", "first"), ("+hdr", "all")):
+        if spec.endswith(suffix):
+            spec, scope = spec.removesuffix(suffix), value
+            break
     name, _, eps = spec.partition("@")
-    return name, float(eps) if eps else None, hdr
+    return name, float(eps) if eps else None, scope
 
 
 def _f(x: float | None, fmt: str) -> str:
@@ -69,12 +76,13 @@ def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
     out_dir.mkdir(parents=True, exist_ok=True)
     results, failures = [], []
     for spec in [s for s in args.policies.split(",") if s]:
-        policy, eps, hdr = parse_policy(spec)
+        policy, eps, scope = parse_policy(spec)
         cfg = run_config(args, policy=policy, label=spec, out=out_dir / f"{name}-{spec}.json")
         if eps is not None:
             cfg.epsilon = eps
-        if hdr:
-            cfg.workload_opts = {**cfg.workload_opts, "send_context_hash": True}
+        if scope:
+            cfg.workload_opts = {**cfg.workload_opts, "send_context_hash": True,
+                                 "context_hash_scope": scope}
         try:
             results.append(run(cfg))
         except Exception as exc:  # noqa: BLE001 - one broken contender must not stop the rest

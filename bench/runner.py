@@ -72,7 +72,6 @@ async def _measure(cfg: RunConfig, requests: list[BenchRequest], router_url: str
                    worker_ids: list[str] | None, meta: dict[str, Any],
                    bound: dict[str, Any] | None) -> dict[str, Any]:
     async with aiohttp.ClientSession() as session:
-        await _warm(session, worker_urls)
         before = await scrape.scrape(session, worker_urls)
         cpu0 = fleet.cpu_seconds(router_pid) if router_pid else None
         records, wall = await drive(router_url, requests, cfg.time_scale, model=fleet.MODEL,
@@ -85,19 +84,6 @@ async def _measure(cfg: RunConfig, requests: list[BenchRequest], router_url: str
                               worker_urls=worker_urls, worker_ids=worker_ids, deltas=deltas,
                               router_cpu_s=(cpu1 - cpu0) if cpu0 is not None else None,
                               bounds=bound, meta=meta)
-
-
-async def _warm(session: aiohttp.ClientSession, worker_urls: list[str]) -> None:
-    """One tiny request per worker before the 'before' scrape (shorter than one block).
-
-    The simulator's first request after start is timed from a stale clock (reported to the
-    sim's owner: its TTFT is negative), so that observation is kept out of the deltas.
-    """
-    for url in worker_urls:
-        async with session.post(url + "/v1/completions",
-                                json={"model": fleet.MODEL, "prompt": " warm", "max_tokens": 1}
-                                ) as resp:
-            await resp.read()
 
 
 def run(cfg: RunConfig) -> dict[str, Any]:

@@ -35,6 +35,10 @@ class RagConfig:
     rate: float = 20.0  # requests per simulated second
     count: int = 1200
     send_context_hash: bool = True
+    # what X-Context-Hash names: "all" = the whole retrieved context (the SDK's contract:
+    # sha256 of the 1-3 documents in order), "first" = the first document only (an
+    # application's own key, README "The key contract": the part most requests share)
+    context_hash_scope: str = "all"
     seed: int = 0
 
 
@@ -63,6 +67,8 @@ def generate(cfg: RagConfig) -> list[BenchRequest]:
             doc_cache[i] = block_text(f"rag-doc:{cfg.seed}", i, lengths[i])
         return doc_cache[i]
 
+    if cfg.context_hash_scope not in ("all", "first"):
+        raise ValueError(f"context_hash_scope must be 'all' or 'first': {cfg.context_hash_scope}")
     out: list[BenchRequest] = []
     t = 0.0
     for index in range(cfg.count):
@@ -82,6 +88,8 @@ def generate(cfg: RagConfig) -> list[BenchRequest]:
             prompt_tokens=cfg.system_tokens + sum(lengths[d] for d in picked) + q_len,
             max_tokens=_lognormal_int(rng, cfg.output_tokens, cfg.output_sigma, 1,
                                       cfg.output_max),
-            context_hash=context_hash(context) if cfg.send_context_hash else None,
+            context_hash=(context_hash(context if cfg.context_hash_scope == "all"
+                                       else doc(picked[0]))
+                          if cfg.send_context_hash else None),
             group="docs:" + ",".join(map(str, picked))))
     return out

@@ -10,12 +10,19 @@ from router.residency.base import longest_prefix
 
 
 class MemoryResidency:
-    """Records are queued and applied in one batch after the current request yields."""
+    """Records are queued and applied in one batch after the current request yields.
+
+    ``_heads`` maps each recorded chain's first block to the workers holding it, so a match
+    probes only the workers that can match at all instead of every candidate (a 1,000-worker
+    pool asked about a cold prompt costs one dict lookup). A block is a chain head because
+    its hash is seeded with the model (router.keys), so it never appears deeper in a chain.
+    """
 
     def __init__(self, default_capacity: int = 65536) -> None:
         self._default_capacity = default_capacity
         self._capacity: dict[str, int] = {}
         self._blocks: dict[str, OrderedDict[bytes, None]] = {}
+        self._heads: dict[bytes, set[str]] = {}  # first block of a recorded chain -> holders
         self._pending: list[tuple[str, Sequence[bytes]]] = []
         self._flush_scheduled = False
 
@@ -23,10 +30,16 @@ class MemoryResidency:
         result: dict[str, int] = {}
         if not chain:
             return result
-        for worker_id in worker_ids:
-            blocks = self._blocks.get(worker_id)
-            if blocks and chain[0] in blocks:
-                result[worker_id] = longest_prefix(chain, blocks)
+        holders = self._heads.get(chain[0])
+        if not holders:
+            return result
+        if len(holders) < len(worker_ids):
+            wanted = set(worker_ids)
+            ids = [w for w in holders if w in wanted]
+        else:
+            ids = [w for w in worker_ids if w in holders]
+        for worker_id in ids:
+            result[worker_id] = longest_prefix(chain, self._blocks[worker_id])
         return result
 
     def record(self, worker_id: str, chain: Sequence[bytes]) -> None:
@@ -50,16 +63,31 @@ class MemoryResidency:
         for block in reversed(chain):
             blocks[block] = None
             blocks.move_to_end(block)
+        self._heads.setdefault(chain[0], set()).add(worker_id)
         capacity = self._capacity.get(worker_id, self._default_capacity)
+        heads = self._heads
         while len(blocks) > capacity:
-            blocks.popitem(last=False)
+            evicted, _ = blocks.popitem(last=False)
+            holders = heads.get(evicted)
+            if holders is not None:
+                holders.discard(worker_id)
+                if not holders:
+                    del heads[evicted]
 
     def set_capacity(self, worker_id: str, blocks: int) -> None:
         self._capacity[worker_id] = max(1, blocks)
 
     def forget(self, worker_id: str) -> None:
-        self._blocks.pop(worker_id, None)
+        blocks = self._blocks.pop(worker_id, None)
         self._capacity.pop(worker_id, None)
+        if blocks:
+            heads = self._heads
+            for block in (blocks if len(blocks) < len(heads) else list(heads)):
+                holders = heads.get(block)
+                if holders is not None and worker_id in holders:
+                    holders.discard(worker_id)
+                    if not holders:
+                        del heads[block]
 
     def resident_blocks(self, worker_id: str) -> int:
         return len(self._blocks.get(worker_id, ()))

@@ -48,11 +48,32 @@ def test_tiny_comparison(tmp_path: Path) -> None:
         assert all(w["requests"] == w["routed_by_header"] for w in workers)
         assert res["hit_rate"] <= res["bounds"]["unbounded_hit_rate"] + 1e-9
         assert res["ttft_ms"]["p50"] > 0 and res["router_cpu"]["us_per_request"] > 0
+        # no warm-up request any more: the engines saw exactly the workload, and the first
+        # request's engine TTFT is not negative (the sim's clock catches up when it starts)
+        assert fc["request_success"] == 36
+        assert res["worker_ttft_ms"]["mean"] > 0 and res["worker_ttft_ms"]["p50"] > 0
         assert res["meta"]["regime"] == "larger than one worker, smaller than the fleet"
     table = (tmp_path / "tiny.md").read_text()
     assert "python -m bench compare" in table and "| prefix_aware |" in table
     for png in ("tiny-ttft-cdf.png", "tiny-hit-p99.png", "tiny-load.png"):
         assert (tmp_path / png).stat().st_size > 10_000
+
+
+def test_context_hash_scopes() -> None:
+    from bench.compare import parse_policy
+
+    assert parse_policy("prefix_aware@0.25+hdr") == ("prefix_aware", 0.25, "all")
+    assert parse_policy("prefix_aware@0.25+hdr1") == ("prefix_aware", 0.25, "first")
+    assert parse_policy("round_robin") == ("round_robin", None, None)
+    whole = make_workload("rag", count=200, seed=1, send_context_hash=True)
+    first = make_workload("rag", count=200, seed=1, send_context_hash=True,
+                          context_hash_scope="first")
+    assert [r.prompt for r in whole] == [r.prompt for r in first]
+    # "first": equal first documents <=> equal keys; "all": equal document lists <=> equal keys
+    for reqs, part in ((first, lambda g: g.split(",")[0]), (whole, lambda g: g)):
+        pairs = {(part(r.group), r.context_hash) for r in reqs}
+        assert len(pairs) == len({p for p, _ in pairs}) == len({h for _, h in pairs})
+    assert len({r.context_hash for r in first}) < len({r.context_hash for r in whole})
 
 
 def test_workloads_are_deterministic() -> None:
