@@ -17,6 +17,7 @@ from router.health import HealthChecker
 from router.load import load_ctx
 from router.metrics import RouterMetrics
 from router.policies import make_policy
+from router.precise_ctx import precise_ctx
 from router.proxy import Proxy
 from router.redis_client import make_client, redis_ctx
 from router.residency.base import ResidencyStore
@@ -52,6 +53,7 @@ def build_app(config: RouterConfig) -> web.Application:
     app.cleanup_ctx.append(redis_ctx)  # closed after the residency store's last flush
     app.cleanup_ctx.append(_residency)
     app.cleanup_ctx.append(_health_checks)
+    app.cleanup_ctx.append(precise_ctx)  # before discovery: registry workers get feeds
     app.cleanup_ctx.append(discovery_ctx)  # needs the health checker for new workers
     app.cleanup_ctx.append(load_ctx)
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)

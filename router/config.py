@@ -62,6 +62,16 @@ class RouterConfig:
                              "to override the ring", lambda v: 0 < v <= 1, "must be in (0, 1]")
     residency_capacity: int = _opt(65536, "tracked blocks per worker when it reports none",
                                    *_POSITIVE)
+    tokenizers: tuple[tuple[str, str], ...] = _opt(
+        (), "precise mode: local tokenizer per model, MODEL=DIR[,MODEL=DIR] (needs the "
+        "'precise' extra)")
+    kv_events: tuple[tuple[str, str], ...] = _opt(
+        (), "precise mode: KV events of static workers, NAME=tcp://HOST:PORT[|REPLAY_URL]"
+        "[,...] (registry workers advertise theirs)")
+    kv_events_topic: str = _opt("kv-events", "ZMQ topic of static workers' KV events")
+    precise_block_size: int = _opt(16, "vLLM block size of static workers (tokens)",
+                                   *_POSITIVE)
+    precise_hash_seed: str = _opt("0", "PYTHONHASHSEED of static workers (seeds block hashes)")
     connect_timeout_s: float = _opt(2.0, "upstream connect timeout", *_POSITIVE)
     first_byte_timeout_s: float = _opt(120.0, "upstream time to response headers", *_POSITIVE)
     idle_timeout_s: float = _opt(120.0, "upstream silence allowed between chunks", *_POSITIVE)
@@ -103,9 +113,31 @@ def parse_workers(value: str | Sequence[Any]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+def parse_pairs(name: str, value: str | Sequence[Any] | Mapping[str, Any]
+                ) -> tuple[tuple[str, str], ...]:
+    """'A=x,B=y' (or a YAML mapping / list of 'A=x') -> (('A', 'x'), ('B', 'y'))."""
+    if isinstance(value, Mapping):
+        items = [f"{k}={v}" for k, v in value.items()]
+    elif isinstance(value, str):
+        items = [p.strip() for p in value.split(",")]
+    else:
+        items = [str(i).strip() for i in value]
+    out: list[tuple[str, str]] = []
+    for item in (i for i in items if i):
+        key, sep, val = item.partition("=")
+        if not sep or not key.strip() or not val.strip():
+            raise ConfigError(f"invalid config: {name}: {item!r} is not NAME=VALUE")
+        out.append((key.strip(), val.strip()))
+    if len({k for k, _ in out}) != len(out):
+        raise ConfigError(f"invalid config: {name}: duplicate name")
+    return tuple(out)
+
+
 def _coerce(name: str, kind: Any, raw: Any) -> Any:
     if name == "workers":
         return parse_workers(raw)
+    if name in ("tokenizers", "kv_events"):
+        return parse_pairs(name, raw)
     try:
         if kind in (bool, "bool"):
             if isinstance(raw, bool):

@@ -26,6 +26,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from router import registry
+from router.precise_ctx import on_registry_record, on_worker_gone
 from router.redis_client import timed
 from router.registry import WorkerRecord
 from router.state import ROUTER, RouterState
@@ -83,6 +84,9 @@ class Discovery:
         for record, expiry in live:
             self._expiry[record.id] = expiry
             await self._upsert(record)
+            if (worker := self._state.pool.get(record.id)) is not None \
+                    and worker.source == "registry":
+                on_registry_record(self._state, record)
         self._expire()
 
     async def _upsert(self, record: WorkerRecord) -> None:
@@ -131,6 +135,7 @@ class Discovery:
                 continue
             self._state.pool.remove(worker_id)
             self._state.residency.forget(worker_id)
+            on_worker_gone(self._state, worker_id)
             self._state.metrics.forget_worker(worker_id)
             log.info("worker %s left: its registry heartbeat lapsed", worker_id)
 

@@ -1,4 +1,9 @@
-"""OpenAI-compatible request handlers: parse once, key, rank, forward the original bytes."""
+"""OpenAI-compatible request handlers: parse once, key, rank, forward the original bytes.
+
+Keys come from, in order: the client's X-Context-Hash header; precise mode (the model's
+tokenizer and vLLM's block hashes matched against KV-event residency) when it applies;
+else the approximate text chain. /metrics counts which (routing_key_source).
+"""
 
 from __future__ import annotations
 
@@ -17,8 +22,11 @@ from router.state import ROUTER, RouterState
 PromptReader = Callable[[dict[str, Any]], bytes]
 
 
+CHAT_PATH = "/v1/chat/completions"
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _route(request, "/v1/chat/completions", keys.chat_prompt_bytes)
+    return await _route(request, CHAT_PATH, keys.chat_prompt_bytes)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
@@ -63,23 +71,42 @@ async def _route(request: web.Request, path: str,
         return error_response(503, "no healthy worker can take the request now",
                               "no_worker_available", retry_after=1, headers=reply)
 
+    worker_headers: dict[str, dict[str, str]] | None = None
     if read_prompt is None:
         ranked, reason = sorted(candidates, key=lambda w: w.load), "least_loaded"
     else:
-        matches = (await state.residency.match(key.chain, [w.id for w in candidates])
-                   if state.policy.uses_residency else {})
+        precise = None
+        if state.precise is not None and not key.explicit and state.policy.uses_residency:
+            try:
+                precise = await state.precise.key(payload, model, path == CHAT_PATH, candidates)
+            except keys.InvalidPrompt as exc:
+                return error_response(400, str(exc), "invalid_prompt", headers=reply)
+        state.metrics.decision_mode.labels(
+            "precise" if precise else "header" if key.explicit else "prompt").inc()
+        if precise is not None:
+            # Exact residency comes from the workers' KV events: nothing to record here.
+            key = precise.key
+            matches = state.precise.match(key.chain, [w.id for w in candidates])
+        elif state.policy.uses_residency:
+            matches = await state.residency.match(key.chain, [w.id for w in candidates])
+        else:
+            matches = {}
         decision = state.policy.rank(key, candidates, matches)
         ranked, reason = decision.ranked, decision.reason
-        if state.policy.uses_residency:
+        if precise is not None:
+            worker_headers = state.precise.predicted_headers(precise, matches, ranked)
+        elif state.policy.uses_residency:
             state.residency.record(ranked[0].id, key.chain)
+        if state.policy.uses_residency:
             hit = matches.get(ranked[0].id, 0) > 0
             state.metrics.residency.labels("hit" if hit else "miss").inc()
 
     assert state.proxy is not None
-    outcome = await state.proxy.forward(request, path, body, ranked, stream, request_id, reason)
+    outcome = await state.proxy.forward(request, path, body, ranked, stream, request_id, reason,
+                                        worker_headers)
     served = outcome.worker
     if served is not None and served is not ranked[0] and state.policy.uses_residency \
-            and read_prompt is not None:
+            and read_prompt is not None and worker_headers is None:
         state.residency.record(served.id, key.chain)
     final_reason = reason if outcome.attempts <= 1 else "failover"
     state.metrics.decisions.labels(state.policy.name, final_reason).inc()
@@ -95,12 +122,10 @@ def _routing_key(request: web.Request, state: RouterState, payload: dict[str, An
     if header is not None:
         if not keys.valid_context_hash(header):
             raise keys.InvalidPrompt("X-Context-Hash must be 8-64 hexadecimal characters")
-        state.metrics.decision_mode.labels("header").inc()
         return keys.explicit_key(header)
     if read_prompt is None:
         return keys.RoutingKey(key="", chain=(), explicit=False)
     cfg = state.config
-    state.metrics.decision_mode.labels("prompt").inc()
     return keys.prompt_key(read_prompt(payload), model or "", cfg.block_chars, cfg.max_blocks,
                            cfg.key_blocks)
 

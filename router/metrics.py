@@ -21,7 +21,8 @@ class RouterMetrics:
                                  "and reason (warm, ring, spill, failover, ...)",
                                  ["policy", "reason"], registry=r)
         self.decision_mode = Counter("prefix_router_routing_key_source", "Where the routing key "
-                                     "came from (header, prompt)", ["source"], registry=r)
+                                     "came from (header; precise: vLLM block hashes vs KV events; "
+                                     "prompt: text blocks)", ["source"], registry=r)
         self.retries = Counter("prefix_router_retries", "Attempts moved to another worker, by "
                                "cause", ["cause"], registry=r)
         self.latency = Histogram("prefix_router_request_latency_seconds", "Request latency "

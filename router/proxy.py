@@ -62,7 +62,10 @@ class Proxy:
 
     async def forward(self, request: web.Request, path: str, body: bytes,
                       ranked: Sequence[Worker], stream: bool, request_id: str,
-                      reason: str) -> Outcome:
+                      reason: str,
+                      worker_headers: Mapping[str, Mapping[str, str]] | None = None
+                      ) -> Outcome:
+        """Try the ranked workers in turn; ``worker_headers`` adds per-worker reply headers."""
         headers = filtered_headers(request.headers, HOP_BY_HOP, {"X-Request-Id": request_id})
         failure = UpstreamFailure(503, "no worker could take the request", "none")
         tries = ranked[: self._config.retry_attempts]
@@ -74,6 +77,8 @@ class Proxy:
             if self._config.router_headers:
                 reply["X-Prefix-Router-Worker"] = worker.id
                 reply["X-Prefix-Router-Reason"] = reason if attempt == 0 else "failover"
+            if worker_headers and worker.id in worker_headers:
+                reply.update(worker_headers[worker.id])
             try:
                 response = await self._try(request, worker, path, body, headers, stream, reply,
                                            request_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -18,6 +19,9 @@ from router.proxy import Proxy
 from router.residency.base import ResidencyStore
 from router.workers import Worker, WorkerPool
 
+if TYPE_CHECKING:  # precise mode's dependencies are optional: imported only when configured
+    from router.precise.matcher import PreciseMatcher
+
 
 @dataclass
 class RouterState:
@@ -30,6 +34,7 @@ class RouterState:
     proxy: Proxy | None = None
     health: HealthChecker | None = None
     redis: Redis | None = None  # shared client when ``config.redis_url`` is set
+    precise: PreciseMatcher | None = None  # set when --tokenizers names any model
     replica_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this router replica
 
     def new_worker(self, worker_id: str, url: str, source: str,

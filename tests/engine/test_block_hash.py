@@ -1,12 +1,12 @@
-"""engine_worker.block_hash: the chain properties precise routing relies on.
+"""router.precise.block_hash: the chain properties precise routing relies on.
 
 Equality with vLLM's own hashes is checked against a real worker in test_real_vllm.py.
 """
 
 from __future__ import annotations
 
-from engine_worker.block_hash import block_hashes, none_hash
-from engine_worker.residency import block_key
+from router.precise.block_hash import block_hashes, none_hash
+from router.precise.exact import block_key
 
 
 def test_only_full_blocks_are_hashed() -> None:

@@ -9,7 +9,8 @@ from collections.abc import Callable
 import msgpack
 import pytest
 
-from engine_worker.kv_events import (
+from router.precise.exact import ExactResidency, block_key
+from router.precise.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,
@@ -17,7 +18,6 @@ from engine_worker.kv_events import (
     decode_message,
     subscribed,
 )
-from engine_worker.residency import ExactResidency, block_key
 from tests.engine.vllm_publisher import FakePublisher, cleared, removed, stored
 from tests.support import free_port
 

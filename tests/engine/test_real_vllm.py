@@ -21,9 +21,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from engine_worker.block_hash import block_hashes
-from engine_worker.kv_events import KVEventSubscriber, subscribed
-from engine_worker.residency import ExactResidency
+from router.precise.block_hash import block_hashes
+from router.precise.exact import ExactResidency
+from router.precise.kv_events import KVEventSubscriber, subscribed
 from tests.engine.envs import VLLM_INSTALL, VLLM_PYTHON, require
 from tests.support import REPO, free_port, wait_http
 

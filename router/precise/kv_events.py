@@ -35,7 +35,7 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from engine_worker.residency import BlockHash, ResidencySink
+from router.precise.exact import BlockHash, ResidencySink
 
 log = logging.getLogger(__name__)
 END_SEQ = -1

@@ -1,8 +1,8 @@
 """Where KV events land: the sink interface, and an exact in-memory residency store.
 
-The router's residency store (router/residency/) implements the same three coroutines to
-make its picture exact; ExactResidency is the reference implementation and what the
-subscriber's tests and a router without Redis use.
+ExactResidency is what the router matches against in precise mode (router/precise/); any
+other store that implements the three coroutines (e.g. one writing to Redis) can be fed by
+the same subscriber.
 
 Block hashes arrive as ints (vLLM's default, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1: the low
 64 bits of the sha256 digest) or as the digest bytes. ExactResidency keys everything by the
@@ -66,6 +66,10 @@ class ExactResidency:
                 counts.pop(key, None)
 
     async def cleared(self, worker_id: str) -> None:
+        self._blocks.pop(worker_id, None)
+
+    def forget(self, worker_id: str) -> None:
+        """Drop a worker that left the pool (synchronous: called from pool bookkeeping)."""
         self._blocks.pop(worker_id, None)
 
     def resident(self, worker_id: str) -> frozenset[int]:

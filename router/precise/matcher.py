@@ -1,0 +1,96 @@
+"""Precise routing decisions: prompt -> vLLM block hashes -> exact per-worker cache hits.
+
+A request is routed precisely when its model has a local tokenizer and every candidate
+worker has a KV-event feed with the same block size and hash seed (hashes computed with
+different parameters can't be compared); otherwise ``key`` returns None and the router
+uses the approximate text chain. The routing key is built like the text one (the chain
+link at block min(n, key_blocks)), so prefix_aware's ring and warm-ratio logic apply
+unchanged, only with exact matches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from hashlib import blake2b
+from typing import Any
+
+from router.keys import InvalidPrompt, RoutingKey
+from router.precise.block_hash import block_hashes
+from router.precise.exact import ExactResidency, block_key
+from router.precise.feeds import KVEventFeeds
+from router.precise.tokenize import PromptTokenizer
+from router.workers import Worker
+
+log = logging.getLogger(__name__)
+PREDICTED_HEADER = "X-Prefix-Router-Predicted-Cached"
+
+
+@dataclass(frozen=True, slots=True)
+class PreciseKey:
+    key: RoutingKey  # chain = 8-byte big-endian block keys, as vLLM's int hashes
+    num_tokens: int
+    block_size: int
+
+
+def predicted_cached(match_blocks: int, num_tokens: int, block_size: int) -> int:
+    """vLLM reuses whole cached blocks and always computes the prompt's last token."""
+    return min(match_blocks, max(0, num_tokens - 1) // block_size) * block_size
+
+
+class PreciseMatcher:
+    def __init__(self, tokenizers: Mapping[str, PromptTokenizer], feeds: KVEventFeeds,
+                 max_blocks: int, key_blocks: int) -> None:
+        self.tokenizers = dict(tokenizers)
+        self.feeds = feeds
+        self.residency: ExactResidency = feeds.residency
+        self.max_blocks = max_blocks
+        self.key_blocks = key_blocks
+
+    def _hash_params(self, candidates: Sequence[Worker]) -> tuple[int, str] | None:
+        seen = set()
+        for worker in candidates:
+            params = self.feeds.params(worker.id)
+            if params is None:
+                return None
+            seen.add((params.block_size, params.hash_seed))
+        return seen.pop() if len(seen) == 1 else None
+
+    async def key(self, body: Mapping[str, Any], model: str | None, chat: bool,
+                  candidates: Sequence[Worker]) -> PreciseKey | None:
+        tokenizer = self.tokenizers.get(model or "")
+        params = self._hash_params(candidates) if tokenizer is not None else None
+        if tokenizer is None or params is None:
+            return None
+        block_size, seed = params
+        try:
+            ids = await tokenizer.token_ids_async(body, chat)
+        except InvalidPrompt:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a template error: route approximately
+            log.warning("precise tokenization failed, routing on text: %r", exc)
+            return None
+        usable = ids[: self.max_blocks * block_size]
+        chain = tuple(block_key(h).to_bytes(8, "big")
+                      for h in block_hashes(usable, block_size, seed=seed))
+        if chain:
+            anchor = chain[min(len(chain), self.key_blocks) - 1].hex()
+        else:  # shorter than a block: spread by the whole prompt
+            anchor = blake2b(repr(ids).encode(), digest_size=8).hexdigest()
+        return PreciseKey(RoutingKey(key=anchor, chain=chain, explicit=False), len(ids),
+                          block_size)
+
+    def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> dict[str, int]:
+        """Leading blocks of the chain each worker holds now (its exact cache hit)."""
+        out = {}
+        for worker_id in worker_ids:
+            hit = self.residency.match(worker_id, chain)
+            if hit:
+                out[worker_id] = hit
+        return out
+
+    def predicted_headers(self, key: PreciseKey, matches: Mapping[str, int],
+                          workers: Sequence[Worker]) -> dict[str, dict[str, str]]:
+        return {w.id: {PREDICTED_HEADER: str(predicted_cached(
+            matches.get(w.id, 0), key.num_tokens, key.block_size))} for w in workers}

@@ -1,0 +1,147 @@
+"""Precise mode in the router, against scripted upstreams and a vLLM-protocol KV publisher.
+
+The real-vLLM version of these checks is tests/engine/test_precise_vllm.py; here the events
+are published by hand, so the expected match is known exactly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+
+from router.app import build_app
+from router.config import RouterConfig
+from router.precise.block_hash import block_hashes
+from router.precise.exact import block_key
+from router.precise.tokenize import PromptTokenizer
+from router.state import ROUTER
+from tests.engine.vllm_publisher import FakePublisher, stored
+from tests.router.conftest import MODEL, Upstream, start_upstreams
+from tests.support import REPO, free_port, stop
+
+pytest.importorskip("transformers")
+BLOCK = 16
+DOC = " ".join(f"word{i % 37} context retrieval block" for i in range(120))
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import make_tiny_model
+    finally:
+        sys.path.pop(0)
+    out = tmp_path_factory.mktemp("tok")
+    make_tiny_model.build_tokenizer(out, 1024, 0)
+    return out
+
+
+@pytest.fixture(scope="module")
+def upstreams() -> Iterator[list[Upstream]]:
+    ups = start_upstreams(2)
+    yield ups
+    for up in ups:
+        stop(up.proc)
+
+
+async def publish_until(pub: FakePublisher, events: list, landed, within_s: float = 20.0
+                        ) -> None:
+    """PUB drops what it sends before the SUB has connected; an empty batch after it makes
+    the subscriber see the gap and fetch the events from the replay socket."""
+    await pub.publish(events)
+    deadline = time.monotonic() + within_s
+    while not landed():
+        assert time.monotonic() < deadline, "events never reached the router"
+        await asyncio.sleep(0.2)
+        await pub.publish([])
+
+
+async def eventually(check, within_s: float = 20.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+async def precise(tokenizer_dir: Path, upstreams: list[Upstream]
+                  ) -> AsyncIterator[tuple[TestClient, dict[str, FakePublisher]]]:
+    ports = {u.name: (free_port(), free_port()) for u in upstreams}
+    pubs = {name: FakePublisher(f"tcp://127.0.0.1:{p}", f"tcp://127.0.0.1:{r}", topic="kv-events")
+            for name, (p, r) in ports.items()}
+    config = RouterConfig(
+        workers=tuple((u.name, u.url) for u in upstreams),
+        tokenizers=((MODEL, str(tokenizer_dir)),), precise_block_size=BLOCK,
+        kv_events=tuple((n, f"tcp://127.0.0.1:{p}|tcp://127.0.0.1:{r}")
+                        for n, (p, r) in ports.items()),
+        health_interval_s=0.2)
+    for pub in pubs.values():
+        await pub.__aenter__()
+    client = TestClient(TestServer(build_app(config)))
+    await client.start_server()
+    try:
+        yield client, pubs
+    finally:
+        await client.close()
+        for pub in pubs.values():
+            await pub.__aexit__(None, None, None)
+
+
+async def test_routes_to_the_worker_whose_events_hold_the_prompt(
+        precise: tuple[TestClient, dict[str, FakePublisher]], tokenizer_dir: Path) -> None:
+    client, pubs = precise
+    state = client.server.app[ROUTER]
+    assert state.precise is not None
+    await state.precise.feeds.wait_subscribed()
+    body = {"model": MODEL, "prompt": DOC + " question: why?", "max_tokens": 1}
+    ids = PromptTokenizer(str(tokenizer_dir)).completion_ids(body)
+    chain = [block_key(h) for h in block_hashes(ids, BLOCK, seed="0")]
+    assert len(chain) >= 8
+    held = len(chain) - 2  # w1 holds all but the last two blocks
+    await publish_until(pubs["w1"], [stored(chain[:held], block_size=BLOCK)],
+                        lambda: state.precise.residency.match("w1", chain) == held)
+    resp = await client.post("/v1/completions", json=body)
+    assert resp.status == 200
+    assert resp.headers["X-Prefix-Router-Worker"] == "w1"
+    assert resp.headers["X-Prefix-Router-Reason"] == "warm"
+    assert resp.headers["X-Prefix-Router-Predicted-Cached"] == str(held * BLOCK)
+    metrics = await (await client.get("/metrics")).text()
+    assert 'prefix_router_routing_key_source_total{source="precise"} 1.0' in metrics
+
+
+async def test_chat_requests_use_the_chat_template(
+        precise: tuple[TestClient, dict[str, FakePublisher]], tokenizer_dir: Path) -> None:
+    client, pubs = precise
+    state = client.server.app[ROUTER]
+    await state.precise.feeds.wait_subscribed()
+    body = {"model": MODEL, "messages": [{"role": "system", "content": DOC},
+                                         {"role": "user", "content": "and so?"}]}
+    ids = PromptTokenizer(str(tokenizer_dir)).chat_ids(body)
+    assert ids[:3] != PromptTokenizer(str(tokenizer_dir)).completion_ids(
+        {"prompt": DOC})[:3], "the template's role markers come first"
+    chain = [block_key(h) for h in block_hashes(ids, BLOCK, seed="0")]
+    await publish_until(pubs["w0"], [stored(chain, block_size=BLOCK)],
+                        lambda: state.precise.residency.match("w0", chain) == len(chain))
+    resp = await client.post("/v1/chat/completions", json=body)
+    assert resp.headers["X-Prefix-Router-Worker"] == "w0"
+    expected = min(len(chain), (len(ids) - 1) // BLOCK) * BLOCK
+    assert resp.headers["X-Prefix-Router-Predicted-Cached"] == str(expected)
+
+
+async def test_a_model_without_a_tokenizer_routes_on_text(
+        tokenizer_dir: Path, upstreams: list[Upstream]) -> None:
+    config = RouterConfig(workers=tuple((u.name, u.url) for u in upstreams),
+                          tokenizers=(("another-model", str(tokenizer_dir)),),
+                          health_interval_s=0.2)
+    async with TestClient(TestServer(build_app(config))) as client:
+        resp = await client.post("/v1/completions", json={"model": MODEL, "prompt": DOC})
+        assert resp.status == 200
+        assert "X-Prefix-Router-Predicted-Cached" not in resp.headers
+        metrics = await (await client.get("/metrics")).text()
+        assert 'prefix_router_routing_key_source_total{source="prompt"} 1.0' in metrics
