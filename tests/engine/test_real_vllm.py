@@ -9,14 +9,7 @@ Skips only when .venv-vllm is absent (see tests/engine/envs.py for the install c
 from __future__ import annotations
 
 import asyncio
-import random
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -24,102 +17,35 @@ import pytest
 from router.precise.block_hash import block_hashes
 from router.precise.exact import ExactResidency
 from router.precise.kv_events import KVEventSubscriber, subscribed
-from tests.engine.envs import VLLM_INSTALL, VLLM_PYTHON, require
-from tests.support import REPO, free_port, wait_http
+from tests.engine.vllm_fleet import (
+    BLOCK,
+    MODEL_NAME,
+    Fleet,
+    Worker,
+    document,
+    eventually,
+    reset_caches,
+)
+from tests.engine.vllm_fleet import complete as fleet_complete
 
-BLOCK = 32
-MODEL_NAME = "tiny"
 pytestmark = pytest.mark.slow
 
 
-@dataclass
-class Worker:
-    name: str
-    port: int
-    events: str
-    replay: str
-    proc: subprocess.Popen
-    log: Path
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def tail(self, lines: int = 60) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-
-def start_worker(name: str, model: Path, logdir: Path) -> Worker:
-    port, events, replay = free_port(), free_port(), free_port()
-    log = logdir / f"{name}.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "engine_worker", "--model", str(model),
-         "--served-model-name", MODEL_NAME, "--device", "cpu", "--cpu-kvcache-space-gib", "1",
-         "--python", str(VLLM_PYTHON), "--host", "127.0.0.1", "--port", str(port),
-         "--block-size", str(BLOCK), "--max-model-len", "4096", "--max-num-seqs", "8",
-         # A wildcard makes vLLM bind its PUB socket (without one it connects to it).
-         "--kv-events-endpoint", f"tcp://*:{events}",
-         "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{replay}",
-         "--worker-id", name, "--health-timeout-s", "240", "--drain-grace-s", "0",
-         # No torch.compile warm-up: 5 s instead of ~45 s of engine start-up on 2 cores.
-         "--", "--enforce-eager"],
-        cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-    return Worker(name, port, f"tcp://127.0.0.1:{events}", f"tcp://127.0.0.1:{replay}",
-                  proc, log)
-
-
-@pytest.fixture(scope="module")
-def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Worker]]:
-    python = require(VLLM_PYTHON, VLLM_INSTALL)
-    base = tmp_path_factory.mktemp("real-vllm")
-    model = base / "tiny-llama"
-    subprocess.run([str(python), str(REPO / "scripts" / "make_tiny_model.py"), str(model)],
-                   check=True, capture_output=True, timeout=120)
-    started = {name: start_worker(name, model, base) for name in ("a", "b")}
-    try:
-        for worker in started.values():
-            try:
-                wait_http(f"{worker.url}/health", timeout=240, proc=worker.proc)
-            except (RuntimeError, TimeoutError) as exc:
-                raise AssertionError(f"worker {worker.name} did not start: {exc}\n"
-                                     f"{worker.tail()}") from exc
-        yield started
-    finally:
-        for worker in started.values():
-            if worker.proc.poll() is None:
-                worker.proc.send_signal(signal.SIGTERM)
-        for worker in started.values():
-            try:
-                worker.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                worker.proc.kill()
-                worker.proc.wait()
-
-
-def document(seed: int, words: int = 700) -> str:
-    rng = random.Random(seed)
-    vocab = ["alpha", "beta", "gamma", "delta", "kv", "cache", "block", "prefix", "router",
-             "worker", "token", "the", "of", "and", "retrieval", "context", "shard", "42"]
-    return " ".join(rng.choice(vocab) for _ in range(words))
+@pytest.fixture
+async def workers(vllm_fleet: Fleet) -> dict[str, Worker]:
+    """The shared pair, with cold caches."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as http:
+        await reset_caches(http, vllm_fleet.workers.values())
+    return vllm_fleet.workers
 
 
 async def complete(http: aiohttp.ClientSession, worker: Worker, prompt: str) -> dict:
-    body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": 2, "temperature": 0}
-    async with http.post(f"{worker.url}/v1/completions", json=body) as resp:
-        assert resp.status == 200, await resp.text()
-        return (await resp.json())["usage"]
+    return (await fleet_complete(http, worker.url, prompt))[0]
 
 
 def expected_hit(prompt_tokens: int) -> int:
     """vLLM reuses whole cached blocks, and always computes at least the last token."""
     return (prompt_tokens - 1) // BLOCK * BLOCK
-
-
-async def eventually(check, within_s: float = 10.0) -> None:
-    deadline = time.monotonic() + within_s
-    while not check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
 
 
 async def test_repeated_prompt_is_served_from_cache(workers: dict[str, Worker]) -> None:
@@ -194,6 +120,7 @@ async def test_router_side_hashes_predict_cached_tokens(workers: dict[str, Worke
     assert sub.stats.decode_errors == 0
 
 
+@pytest.mark.stops_worker
 async def test_sigterm_drains_and_exits_zero(workers: dict[str, Worker]) -> None:
     worker = workers["b"]
     worker.proc.send_signal(signal.SIGTERM)
