@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import aiohttp
@@ -128,7 +129,13 @@ async def test_registers_in_redis_and_deregisters_on_sigterm(redis_server) -> No
 
     client = Redis.from_url(redis_server.url)
     try:
+        # it registers right after it starts serving: give it a moment past /health
         records = await registry.read_live(client)
+        for _ in range(100):
+            if records:
+                break
+            await asyncio.sleep(0.1)
+            records = await registry.read_live(client)
         assert [r.id for r in records] == [f"sim-{port}"]
         record = records[0]
         assert record.url == url and record.models == ("sim-a",)
