@@ -34,6 +34,8 @@ def _workload_args(p: argparse.ArgumentParser) -> None:
     a("--duration-s", type=float, default=None, help="mooncake: trace seconds replayed")
     a("--arrival-scale", type=float, default=None, help="mooncake: arrival time factor")
     a("--sample", type=float, default=None, help="mooncake: keep each request with this p")
+    a("--sample-conversations", type=float, default=None,
+      help="mooncake: keep each conversation (all its turns) with this p")
     a("--max-input-tokens", type=int, default=None, help="mooncake: skip longer prompts")
 
 
@@ -55,6 +57,7 @@ def workload_opts(args: argparse.Namespace) -> dict[str, Any]:
     opts = {k: getattr(args, k) for k in
             ("seed", "count", "rate", "docs", "doc_tokens", "alpha", "output_tokens",
              "conversations", "start_s", "duration_s", "arrival_scale", "sample",
+             "sample_conversations",
              "max_input_tokens")}
     if args.trace:
         opts["path"] = args.trace
@@ -98,6 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "of the whole context, +hdr1 of the first document")
     c.add_argument("--out-dir", type=Path, default=RESULTS)
     c.add_argument("--name", default=None, help="file stem (default: the workload)")
+    rp = sub.add_parser("replot", help="table and plots again from a comparison's JSON files")
+    rp.add_argument("--name", required=True, help="file stem, e.g. rag")
+    rp.add_argument("--out-dir", type=Path, default=RESULTS)
     o = sub.add_parser("overhead", help="cost of the hop: direct vs through routers")
     o.add_argument("--requests", type=int, default=2000, help="per cell")
     o.add_argument("--concurrency", default="1,16,64")
@@ -137,6 +143,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.cmd == "compare":
         from bench.compare import compare
         compare(args)
+    elif args.cmd == "replot":
+        from bench.compare import replot
+        replot(args.out_dir, args.name)
     elif args.cmd == "overhead":
         from bench.overhead import overhead
         overhead(args)

@@ -96,8 +96,22 @@ def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
         orjson.dumps({"caption": caption, "results": summary, "failures": failures},
                      option=orjson.OPT_INDENT_2))
     if results:
-        plots.ttft_cdf(results, out_dir / f"{name}-ttft-cdf.png", caption)
-        plots.hit_rate_p99(results, out_dir / f"{name}-hit-p99.png", caption)
-        plots.worker_load(results, out_dir / f"{name}-load.png", caption)
+        draw(results, out_dir, name, caption)
     print(md)
     return results
+
+
+def draw(results: list[dict[str, Any]], out_dir: Path, name: str, caption: str) -> None:
+    plots.ttft_cdf(results, out_dir / f"{name}-ttft-cdf.png", caption)
+    plots.hit_rate_p99(results, out_dir / f"{name}-hit-p99.png", caption)
+    plots.worker_load(results, out_dir / f"{name}-load.png", caption)
+
+
+def replot(out_dir: Path, name: str) -> None:
+    """Table and plots again from a finished comparison's files (no run)."""
+    summary = orjson.loads((out_dir / f"{name}-summary.json").read_bytes())
+    results = [orjson.loads((out_dir / f"{name}-{r['meta']['label']}.json").read_bytes())
+               for r in summary["results"]]
+    failures = [tuple(f) for f in summary["failures"]]
+    (out_dir / f"{name}.md").write_text(table(results, failures, summary["caption"]))
+    draw(results, out_dir, name, summary["caption"])

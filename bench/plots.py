@@ -55,15 +55,26 @@ def hit_rate_p99(results: Sequence[dict[str, Any]], path: Path, caption: str) ->
                    label="upper bound: one unbounded cache")
         a1.axhline(100 * b["fleet_lru_hit_rate"], color="tab:red", ls=":",
                    label="upper bound: one LRU of the fleet's size")
+    top = max([*hits, 100 * b.get("unbounded_hit_rate", 0), 1.0])
+    a1.set_ylim(0, top * 1.45)  # room for the legend above the bars
     a1.set_ylabel("prefix cache hit rate (% of prompt tokens)")
     a1.set_title("Fleet prefix hit rate per policy")
-    a2.bar(x, p99, color="tab:orange", label="p99 TTFT")
-    a2.set_ylabel("p99 time to first token (simulated ms)")
+    a2.bar(x, p99, color="tab:orange", label="p99 TTFT (client-side)")
+    rr = next((r["ttft_ms"]["p99"] for r in results if r["meta"]["policy"] == "round_robin"), None)
+    if rr:
+        a2.axhline(rr, color="k", ls="--", label="round_robin's p99")
+    a2.set_yscale("log")
+    a2.set_ylim(min([v for v in p99 if v > 0] or [1]) / 2, max([*p99, 1]) * 4)
+    a2.set_ylabel("p99 time to first token (simulated ms, log scale)")
     a2.set_title("p99 TTFT per policy (client-side)")
+    for ax, vals, fmt in ((a1, hits, "{:.1f}"), (a2, p99, "{:.0f}")):
+        for xi, v in zip(x, vals, strict=True):
+            ax.annotate(fmt.format(v), (xi, v), ha="center", va="bottom", fontsize=7,
+                        xytext=(0, 2), textcoords="offset points")
     for ax in (a1, a2):
         ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
         ax.set_xlabel("policy")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left")
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(_wrap(caption, 180), fontsize=7)
     fig.tight_layout()
@@ -80,9 +91,10 @@ def worker_load(results: Sequence[dict[str, Any]], path: Path, caption: str) -> 
         ax.bar(np.arange(len(reqs)) + i * width, reqs, width, label=res["meta"]["label"])
     ax.set_xticks(np.arange(n) + 0.4 - width / 2, [f"worker {i}" for i in range(n)])
     ax.set_xlabel("worker")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.3)  # room for the legend
     ax.set_ylabel("requests served (count, from the workers' counters)")
     ax.set_title("Per-worker load per policy\n" + _wrap(caption), fontsize=7)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=8, ncol=4, loc="upper left")
     ax.grid(True, axis="y", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -36,6 +36,10 @@ class MooncakeConfig:
     duration_s: float | None = None
     arrival_scale: float = 1.0  # simulated arrival = trace time x this (<1 replays faster)
     sample: float = 1.0  # keep each request with this probability (seeded)
+    # keep each conversation (requests sharing their first two hash ids: the shared system
+    # block, then the conversation's own first block) with this probability (seeded): unlike
+    # ``sample`` it keeps every turn of a kept conversation, so the trace's reuse survives
+    sample_conversations: float = 1.0
     count: int | None = None
     max_input_tokens: int | None = None  # skip longer prompts (engine max_model_len)
     send_context_hash: bool = False  # the trace has no notion of "context"; off
@@ -59,12 +63,24 @@ def select(rows: list[dict], cfg: MooncakeConfig) -> list[dict]:
             break
         if cfg.sample < 1.0 and rng.random() >= cfg.sample:
             continue
+        if cfg.sample_conversations < 1.0 and not keep_conversation(row, cfg):
+            continue
         if cfg.max_input_tokens is not None and row["input_length"] > cfg.max_input_tokens:
             continue
         out.append(row)
         if cfg.count is not None and len(out) >= cfg.count:
             break
     return out
+
+
+def conversation(row: dict) -> tuple[int, ...]:
+    return tuple(row["hash_ids"][:2])
+
+
+def keep_conversation(row: dict, cfg: MooncakeConfig) -> bool:
+    """A pure function of (seed, conversation): every turn of a conversation agrees."""
+    conv = ",".join(map(str, conversation(row)))
+    return random.Random(f"mooncake-conv:{cfg.seed}:{conv}").random() < cfg.sample_conversations
 
 
 def prompt_for(row: dict) -> tuple[str, int]:
@@ -95,5 +111,5 @@ def generate(cfg: MooncakeConfig) -> list[BenchRequest]:
                                 arrival_s=(row["timestamp"] / 1000.0 - t0) * cfg.arrival_scale,
                                 prompt=prompt, prompt_tokens=n,
                                 max_tokens=max(1, int(row["output_length"])),
-                                group=f"first:{row['hash_ids'][0] if row['hash_ids'] else -1}"))
+                                group="conv:" + ",".join(map(str, conversation(row)))))
     return out

@@ -57,6 +57,10 @@ def test_tiny_comparison(tmp_path: Path) -> None:
     assert "python -m bench compare" in table and "| prefix_aware |" in table
     for png in ("tiny-ttft-cdf.png", "tiny-hit-p99.png", "tiny-load.png"):
         assert (tmp_path / png).stat().st_size > 10_000
+    (tmp_path / "tiny-load.png").unlink()
+    main(["replot", "--name", "tiny", "--out-dir", str(tmp_path)])  # same table from the files
+    assert (tmp_path / "tiny.md").read_text() == table
+    assert (tmp_path / "tiny-load.png").stat().st_size > 10_000
 
 
 def test_context_hash_scopes() -> None:
