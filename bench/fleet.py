@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router.discovery import CHARS_PER_TOKEN
+from router.state import CHARS_PER_TOKEN
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "bench-model"
@@ -138,7 +138,7 @@ def start_workers(n: int, spec: WorkerSpec, logdir: Path,
 
 
 def residency_capacity(num_gpu_blocks: int, block_chars: int, block_size: int = 16) -> int:
-    """The worker's KV capacity in router chain blocks, as router/discovery.py converts it."""
+    """KV capacity in router chain blocks, as RouterState.apply_capacity converts it."""
     return max(1, math.floor(num_gpu_blocks * block_size * CHARS_PER_TOKEN / block_chars))
 
 

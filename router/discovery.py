@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 from collections.abc import AsyncIterator
 
@@ -33,15 +32,6 @@ from router.state import ROUTER, RouterState
 from router.workers import Worker
 
 log = logging.getLogger(__name__)
-
-CHARS_PER_TOKEN = 4  # rough English average: converts engine token capacity to text bytes
-
-
-def residency_blocks(record: WorkerRecord, block_chars: int) -> int:
-    """Engine KV capacity (blocks of block_size tokens) in router chain blocks."""
-    return max(1, math.floor(record.capacity_blocks * record.block_size * CHARS_PER_TOKEN
-                             / block_chars))
-
 
 async def read_registry(redis: Redis, prefix: str) -> list[tuple[WorkerRecord, float]]:
     """Live records with the expiry (unix s) of their heartbeat; two round trips."""
@@ -117,11 +107,7 @@ class Discovery:
             self._apply_capacity(existing, record)
 
     def _apply_capacity(self, worker: Worker, record: WorkerRecord) -> None:
-        worker.capacity_blocks = record.capacity_blocks
-        worker.block_size = record.block_size
-        if record.capacity_blocks > 0:
-            self._state.residency.set_capacity(
-                record.id, residency_blocks(record, self._state.config.block_chars))
+        self._state.apply_capacity(worker, record.capacity_blocks, record.block_size)
 
     def _expire(self) -> None:
         now = time.time()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -67,6 +68,22 @@ def parse_engine_load(text: str) -> int | None:
             continue
         seen = True
     return round(total) if seen else None
+
+
+_CACHE_CONFIG = re.compile(r'^vllm:cache_config_info\{([^}]*)\}', re.M)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def parse_kv_capacity(text: str) -> tuple[int, int] | None:
+    """(num_gpu_blocks, block_size) from vLLM's ``vllm:cache_config_info``; None if absent."""
+    found = _CACHE_CONFIG.search(text)
+    if found is None:
+        return None
+    labels = dict(_LABEL.findall(found.group(1)))
+    try:
+        return int(labels["num_gpu_blocks"]), int(labels["block_size"])
+    except (KeyError, ValueError):
+        return None
 
 
 class LoadView:
@@ -184,7 +201,8 @@ class LoadSharer:
 
 
 class Scraper:
-    """Reads each worker's queue from its own /metrics (the engine's view of its load)."""
+    """Reads each worker's own /metrics: its queue (the engine's view of its load) and its KV
+    capacity (so residency mirrors the engine's cache size without any configuration)."""
 
     def __init__(self, state: RouterState, session: aiohttp.ClientSession,
                  view: LoadView) -> None:
@@ -221,6 +239,9 @@ class Scraper:
         value = parse_engine_load(text)
         if value is not None:
             self._view.observe_engine(worker.id, value - ours)
+        capacity = parse_kv_capacity(text)
+        if capacity is not None:
+            self._state.apply_capacity(worker, *capacity)
 
 
 async def load_ctx(app: web.Application) -> AsyncIterator[None]:

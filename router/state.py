@@ -19,6 +19,8 @@ from router.proxy import Proxy
 from router.residency.base import ResidencyStore
 from router.workers import Worker, WorkerPool
 
+CHARS_PER_TOKEN = 4  # rough English average: engine token capacity -> prompt text bytes
+
 if TYPE_CHECKING:  # precise mode's dependencies are optional: imported only when configured
     from router.precise.matcher import PreciseMatcher
 
@@ -36,6 +38,17 @@ class RouterState:
     redis: Redis | None = None  # shared client when ``config.redis_url`` is set
     precise: PreciseMatcher | None = None  # set when --tokenizers names any model
     replica_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this router replica
+
+    def apply_capacity(self, worker: Worker, capacity_blocks: int, block_size: int) -> None:
+        """Cap the worker's residency at its engine's KV capacity, so the router's picture
+        forgets blocks about when the engine's LRU evicts them."""
+        if (capacity_blocks, block_size) == (worker.capacity_blocks, worker.block_size):
+            return
+        worker.capacity_blocks = capacity_blocks
+        worker.block_size = block_size
+        if capacity_blocks > 0:
+            chars = capacity_blocks * block_size * CHARS_PER_TOKEN
+            self.residency.set_capacity(worker.id, max(1, chars // self.config.block_chars))
 
     def new_worker(self, worker_id: str, url: str, source: str,
                    models: frozenset[str] = frozenset()) -> Worker:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from router.app import build_app
 from router.config import RouterConfig
-from router.discovery import residency_blocks
-from router.load import LoadSharer, LoadView, parse_engine_load
+from router.load import LoadSharer, LoadView, parse_engine_load, parse_kv_capacity
 from router.redis_client import make_client
-from router.registry import WorkerRecord
 from router.state import ROUTER, RouterState
 
 WORKERS = (("w0", "http://127.0.0.1:1"), ("w1", "http://127.0.0.1:2"))
@@ -63,6 +63,19 @@ def test_engine_scrape_is_smoothed_and_net_of_our_own() -> None:
     assert state.pool.get("w0").external_load == 4  # type: ignore[union-attr]
 
 
-def test_capacity_conversion() -> None:
-    record = WorkerRecord(id="x", url="http://x", block_size=16, capacity_blocks=1000)
-    assert residency_blocks(record, 256) == 250  # 16,000 tokens x 4 chars / 256
+async def test_engine_kv_capacity_caps_residency() -> None:
+    """A scraped ``vllm:cache_config_info`` caps the worker's tracked blocks (no config)."""
+    text = ('vllm:cache_config_info{block_size="16",enable_prefix_caching="True",'
+            'num_gpu_blocks="1000"} 1.0\n')
+    assert parse_kv_capacity(text) == (1000, 16)
+    assert parse_kv_capacity("vllm:num_requests_running 0\n") is None
+    state = build_app(RouterConfig(workers=WORKERS))[ROUTER]
+    worker = state.pool.get("w0")
+    assert worker is not None
+    state.apply_capacity(worker, *parse_kv_capacity(text))  # type: ignore[misc]
+    chain = tuple(i.to_bytes(8, "big") for i in range(1, 400))
+    state.residency.record("w0", chain)
+    await asyncio.sleep(0)
+    # 1,000 blocks x 16 tokens x 4 chars / 256-char blocks = 250 chain blocks kept, the head
+    assert state.residency.resident_blocks("w0") == 250  # type: ignore[attr-defined]
+    assert (await state.residency.match(chain, ["w0"]))["w0"] == 250
