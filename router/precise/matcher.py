@@ -10,6 +10,7 @@ unchanged, only with exact matches.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -65,21 +66,28 @@ class PreciseMatcher:
             return None
         block_size, seed = params
         try:
-            ids = await tokenizer.token_ids_async(body, chat)
+            ids, chain = await asyncio.to_thread(self._ids_and_chain, tokenizer, body, chat,
+                                                 block_size, seed)
         except InvalidPrompt:
             raise
         except Exception as exc:  # noqa: BLE001 - a template error: route approximately
             log.warning("precise tokenization failed, routing on text: %r", exc)
             return None
-        usable = ids[: self.max_blocks * block_size]
-        chain = tuple(block_key(h).to_bytes(8, "big")
-                      for h in block_hashes(usable, block_size, seed=seed))
         if chain:
             anchor = chain[min(len(chain), self.key_blocks) - 1].hex()
         else:  # shorter than a block: spread by the whole prompt
             anchor = blake2b(repr(ids).encode(), digest_size=8).hexdigest()
         return PreciseKey(RoutingKey(key=anchor, chain=chain, explicit=False), len(ids),
                           block_size)
+
+    def _ids_and_chain(self, tokenizer: PromptTokenizer, body: Mapping[str, Any], chat: bool,
+                       block_size: int, seed: str) -> tuple[list[int], tuple[bytes, ...]]:
+        """Tokenize and hash in a worker thread: both are CPU work (~30 ms and ~6 ms for
+        12 k tokens here) that would otherwise stall every other request on the loop."""
+        ids = tokenizer.token_ids(body, chat)
+        usable = ids[: self.max_blocks * block_size]
+        return ids, tuple(block_key(h).to_bytes(8, "big")
+                          for h in block_hashes(usable, block_size, seed=seed))
 
     def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> dict[str, int]:
         """Leading blocks of the chain each worker holds now (its exact cache hit)."""

@@ -28,7 +28,7 @@ from tests.engine.vllm_fleet import (
 )
 from tests.engine.vllm_fleet import complete as fleet_complete
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # a loaded 2-core box is slow
 
 
 @pytest.fixture

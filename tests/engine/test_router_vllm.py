@@ -42,7 +42,7 @@ from tests.engine.vllm_fleet import (
 )
 from tests.support import free_port, spawn, stop, wait_http
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]  # a loaded 2-core box is slow
 pytest.importorskip("transformers")
 DOCS, WORDS = 16, 80  # ~250 tokens (8 blocks) each: 16 x 8 = 128 blocks vs 79 per worker
 TIMEOUT = aiohttp.ClientTimeout(total=300)

@@ -26,6 +26,7 @@ class Reference:
         self.key: list[tuple[int, ...] | None] = [None] * NUM_BLOCKS
         self.stamp = list(range(-NUM_BLOCKS, 0))
         self.clock = 0
+        self.front = -NUM_BLOCKS  # stamps below every other: the free queue's front
         self.seqs: dict[int, tuple[list[int], list[int]]] = {}
 
     def free_count(self) -> int:
@@ -84,12 +85,20 @@ class Reference:
         self.seqs[child] = (list(blocks), list(tokens))
 
     def free(self, sid: int) -> None:
+        """vLLM 0.32: cached blocks to the tail (tail blocks first), uncached to the front."""
         blocks, _ = self.seqs.pop(sid)
+        uncached = []
         for b in reversed(blocks):
             self.ref[b] -= 1
             if self.ref[b] == 0:
-                self.stamp[b] = self.clock
-                self.clock += 1
+                if self.key[b] is None:
+                    uncached.append(b)
+                else:
+                    self.stamp[b] = self.clock
+                    self.clock += 1
+        for b in reversed(uncached):
+            self.front -= 1
+            self.stamp[b] = self.front
 
     def evict(self, k: int) -> int:
         free = sorted((b for b in range(NUM_BLOCKS) if self.ref[b] == 0 and self.key[b]),
