@@ -145,3 +145,22 @@ async def test_a_model_without_a_tokenizer_routes_on_text(
         assert "X-Prefix-Router-Predicted-Cached" not in resp.headers
         metrics = await (await client.get("/metrics")).text()
         assert 'prefix_router_routing_key_source_total{source="prompt"} 1.0' in metrics
+
+
+def test_precise_settings_parse_from_flags_env_and_yaml(tmp_path: Path) -> None:
+    from router.config import ConfigError, load_config
+
+    config = load_config({"tokenizers": "llama=/models/llama, qwen=/models/qwen",
+                          "kv_events": "w0=tcp://10.0.0.1:5557|tcp://10.0.0.1:5558"}, env={})
+    assert config.tokenizers == (("llama", "/models/llama"), ("qwen", "/models/qwen"))
+    assert config.kv_events == (("w0", "tcp://10.0.0.1:5557|tcp://10.0.0.1:5558"),)
+    env = load_config({}, env={"PREFIX_ROUTER_TOKENIZERS": "m=/d",
+                               "PREFIX_ROUTER_PRECISE_BLOCK_SIZE": "32"})
+    assert env.tokenizers == (("m", "/d"),) and env.precise_block_size == 32
+    yaml_file = tmp_path / "router.yaml"
+    yaml_file.write_text("tokenizers: {m: /d}\nkv_events: ['a=tcp://h:1']\n")
+    from_yaml = load_config({"config": str(yaml_file)}, env={})
+    assert from_yaml.tokenizers == (("m", "/d"),)
+    assert from_yaml.kv_events == (("a", "tcp://h:1"),)
+    with pytest.raises(ConfigError, match="tokenizers"):
+        load_config({"tokenizers": "no-directory"}, env={})
