@@ -62,6 +62,7 @@ async def precise_ctx(app: web.Application) -> AsyncIterator[None]:
     if not config.tokenizers:
         yield
         return
+    from router.precise.collector import PreciseCollector
     from router.precise.exact import ExactResidency
     from router.precise.feeds import KVEventFeeds
     from router.precise.matcher import PreciseMatcher
@@ -72,6 +73,9 @@ async def precise_ctx(app: web.Application) -> AsyncIterator[None]:
                                    config.max_blocks, config.key_blocks)
     for worker_id, endpoints in config.kv_events:
         feeds.ensure(worker_id, static_feed_params(config, endpoints))
+    collector = PreciseCollector(feeds)
+    state.metrics.registry.register(collector)
     yield
+    state.metrics.registry.unregister(collector)
     await feeds.close()
     state.precise = None

@@ -7,5 +7,6 @@ install needs neither ZMQ nor transformers):
 - ``kv_events``: ``KVEventSubscriber``, one worker's ZMQ event stream into a sink;
 - ``tokenize``: the prompt's token ids as vLLM computes them (chat template applied);
 - ``feeds``: one subscriber per worker, started and stopped with the pool;
-- ``matcher``: request -> (routing key, per-worker match, predicted cached tokens).
+- ``matcher``: request -> (routing key, per-worker match, predicted cached tokens);
+- ``collector``: their state as Prometheus metrics, read at scrape time.
 """

@@ -76,6 +76,10 @@ class ExactResidency:
         """The worker's resident block keys (a snapshot)."""
         return frozenset(self._blocks.get(worker_id, ()))
 
+    def count(self, worker_id: str) -> int:
+        """Number of distinct resident blocks (no copy: cheap enough for every scrape)."""
+        return len(self._blocks.get(worker_id, ()))
+
     def contains(self, worker_id: str, block_hash: BlockHash) -> bool:
         return block_key(block_hash) in self._blocks.get(worker_id, {})
 

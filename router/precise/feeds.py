@@ -67,6 +67,9 @@ class KVEventFeeds:
     def params(self, worker_id: str) -> FeedParams | None:
         return self._params.get(worker_id)
 
+    def worker_ids(self) -> list[str]:
+        return list(self._subs)
+
     def subscriber(self, worker_id: str) -> KVEventSubscriber | None:
         return self._subs.get(worker_id)
 

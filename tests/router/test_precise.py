@@ -113,6 +113,8 @@ async def test_routes_to_the_worker_whose_events_hold_the_prompt(
     assert resp.headers["X-Prefix-Router-Predicted-Cached"] == str(held * BLOCK)
     metrics = await (await client.get("/metrics")).text()
     assert 'prefix_router_routing_key_source_total{source="precise"} 1.0' in metrics
+    assert f'prefix_router_precise_resident_blocks{{worker="w1"}} {held}.0' in metrics
+    assert 'prefix_router_kv_events_total{kind="decode_errors",worker="w1"} 0.0' in metrics
 
 
 async def test_chat_requests_use_the_chat_template(
