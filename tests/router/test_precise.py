@@ -166,3 +166,31 @@ def test_precise_settings_parse_from_flags_env_and_yaml(tmp_path: Path) -> None:
     assert from_yaml.kv_events == (("a", "tcp://h:1"),)
     with pytest.raises(ConfigError, match="tokenizers"):
         load_config({"tokenizers": "no-directory"}, env={})
+
+
+async def test_registry_workers_get_a_feed_with_their_own_hash_parameters(
+        redis_server, tokenizer_dir: Path) -> None:  # type: ignore[no-untyped-def]
+    from router import registry
+    from router.precise.feeds import FeedParams
+    from router.redis_client import make_client
+    from router.registry import WorkerRecord
+
+    config = RouterConfig(redis_url=redis_server.url, discover=True, registry_poll_s=0.1,
+                          tokenizers=((MODEL, str(tokenizer_dir)),))
+    redis = make_client(redis_server.url)
+    record = WorkerRecord(id="r1", url="http://127.0.0.1:9", models=(MODEL,), block_size=32,
+                          kv_events_endpoint="tcp://10.0.0.7:5557",
+                          extra={"hash_algo": "sha256_cbor", "hash_seed": "7",
+                                 "kv_events_replay_endpoint": "tcp://10.0.0.7:5558",
+                                 "kv_events_topic": "kv-events"})
+    try:
+        async with TestClient(TestServer(build_app(config))) as client:
+            state = client.server.app[ROUTER]
+            await registry.publish(redis, record, ttl_s=1.0)
+            await eventually(lambda: state.precise.feeds.params("r1") is not None)
+            assert state.precise.feeds.params("r1") == FeedParams(
+                "tcp://10.0.0.7:5557", "tcp://10.0.0.7:5558", "kv-events", 32, "7")
+            await eventually(lambda: state.pool.get("r1") is None, within_s=10)
+            assert state.precise.feeds.params("r1") is None  # heartbeat lapsed: unsubscribed
+    finally:
+        await redis.aclose()
