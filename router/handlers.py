@@ -72,10 +72,10 @@ async def _route(request: web.Request, path: str,
                               "no_worker_available", retry_after=1, headers=reply)
 
     worker_headers: dict[str, dict[str, str]] | None = None
+    precise = None
     if read_prompt is None:
         ranked, reason = sorted(candidates, key=lambda w: w.load), "least_loaded"
     else:
-        precise = None
         if state.precise is not None and not key.explicit and state.policy.uses_residency:
             try:
                 precise = await state.precise.key(payload, model, path == CHAT_PATH, candidates)
@@ -94,7 +94,8 @@ async def _route(request: web.Request, path: str,
         decision = state.policy.rank(key, candidates, matches)
         ranked, reason = decision.ranked, decision.reason
         if precise is not None:
-            worker_headers = state.precise.predicted_headers(precise, matches, ranked)
+            if state.config.router_headers:
+                worker_headers = state.precise.predicted_headers(precise, matches, ranked)
         elif state.policy.uses_residency:
             state.residency.record(ranked[0].id, key.chain)
         if state.policy.uses_residency:
@@ -106,7 +107,7 @@ async def _route(request: web.Request, path: str,
                                         worker_headers)
     served = outcome.worker
     if served is not None and served is not ranked[0] and state.policy.uses_residency \
-            and read_prompt is not None and worker_headers is None:
+            and read_prompt is not None and precise is None:
         state.residency.record(served.id, key.chain)
     final_reason = reason if outcome.attempts <= 1 else "failover"
     state.metrics.decisions.labels(state.policy.name, final_reason).inc()
