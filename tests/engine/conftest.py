@@ -1,4 +1,4 @@
-"""Session fixtures of the engine tests: one pair of real vLLM workers for all of them."""
+"""Fixtures of the engine tests: one pair of real vLLM workers for all of them."""
 
 from __future__ import annotations
 
@@ -9,15 +9,22 @@ import pytest
 from tests.engine.vllm_fleet import Fleet, run_fleet
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    """Started by the first test that needs it, stopped after the last test of this package
+    (not held through the rest of the session: each worker takes ~2.7 GiB)."""
     yield from run_fleet(tmp_path_factory.mktemp("real-vllm"))
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that stop a shared worker (``@pytest.mark.stops_worker``) run last."""
-    items.sort(key=lambda item: item.get_closest_marker("stops_worker") is not None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "stops_worker: stops a shared vLLM worker (runs last)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that stop a shared worker (``@pytest.mark.stops_worker``) run after the other
+    engine tests; everything else keeps its place."""
+    slots = [k for k, item in enumerate(items) if item.nodeid.startswith("tests/engine/")]
+    ordered = sorted((items[k] for k in slots),
+                     key=lambda item: item.get_closest_marker("stops_worker") is not None)
+    for k, item in zip(slots, ordered, strict=True):
+        items[k] = item

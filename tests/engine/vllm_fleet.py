@@ -90,12 +90,21 @@ def run_fleet(tmp: Path) -> Iterator[Fleet]:
     model = make_model(python, tmp / "tiny-llama")
     started = {name: start_worker(name, model, tmp) for name in ("a", "b")}
     try:
-        for worker in started.values():
-            try:
-                wait_http(f"{worker.url}/health", timeout=300, proc=worker.proc)
-            except (RuntimeError, TimeoutError) as exc:
-                raise AssertionError(f"worker {worker.name} did not start: {exc}\n"
-                                     f"{worker.tail()}") from exc
+        for name in list(started):
+            for attempt in (1, 2):
+                worker = started[name]
+                try:
+                    wait_http(f"{worker.url}/health", timeout=300, proc=worker.proc)
+                    break
+                except (RuntimeError, TimeoutError) as exc:
+                    # A free port can be taken by another process before vLLM binds it
+                    # (other test runs share this machine): one fresh start with new ports.
+                    stop_workers([worker])
+                    if attempt == 2:
+                        raise AssertionError(f"worker {name} did not start: {exc}\n"
+                                             f"{worker.tail()}") from exc
+                    worker.log.rename(worker.log.with_suffix(".failed.log"))
+                    started[name] = start_worker(name, model, tmp)
         yield Fleet(model, started, tmp)
     finally:
         stop_workers(started.values())
