@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--targets", default="direct,prefix_router,prefix_router_redis,"
                    "sglang_cache_aware,vllm_cache_aware")
     o.add_argument("--out-dir", type=Path, default=RESULTS)
+    o.add_argument("--name", default="overhead", help="file stem of the table and JSON")
     s = sub.add_parser("scale", help="policy + residency in process at fleet scale")
     s.add_argument("--workers", default="10,100,1000")
     s.add_argument("--blocks", default="100000,1000000,10000000")

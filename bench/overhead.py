@@ -130,8 +130,9 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
                 p.stop()
     md = table(results)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / "overhead.md").write_text(md)
-    (args.out_dir / "overhead.json").write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
+    name = getattr(args, "name", None) or "overhead"
+    (args.out_dir / f"{name}.md").write_text(md)
+    (args.out_dir / f"{name}.json").write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     print(md)
     return results
 
