@@ -42,6 +42,16 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+def local_endpoint(endpoint: str) -> str:
+    """How this host dials a ZMQ endpoint vLLM binds: a wildcard host becomes 127.0.0.1."""
+    if not endpoint.startswith("tcp://"):
+        return endpoint
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    if host in ("*", "0.0.0.0", "::", "[::]"):
+        host = "127.0.0.1"
+    return f"tcp://{host}:{port}"
+
+
 def exit_status(returncode: int) -> int:
     """A shell's view of a child's status: 128+N for death by signal N."""
     return 128 - returncode if returncode < 0 else returncode
@@ -56,6 +66,7 @@ class Launcher:
         self._proc: asyncio.subprocess.Process | None = None
         self._registration: Registration | None = None
         self._register_task: asyncio.Task[None] | None = None
+        self._exact_task: asyncio.Task[None] | None = None
         self._signals = 0
         self._stop = asyncio.Event()
         self._urgent = asyncio.Event()
@@ -97,6 +108,8 @@ class Launcher:
                      stats.capacity_blocks, self.config.effective_block_size)
             if self.config.register_redis:
                 self._register_task = asyncio.create_task(self._register(stats))
+                if self.config.kv_events_endpoint:
+                    self._exact_task = asyncio.create_task(self._publish_exact())
             stop = asyncio.ensure_future(self._stop.wait())
             await asyncio.wait({exited, stop}, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
@@ -185,6 +198,35 @@ class Launcher:
             log.info("registered %s at %s", record.id, record.url)
             return
 
+    async def _publish_exact(self) -> None:
+        """Mirror this engine's KV events into Redis as ``{prefix}exact:{worker}``.
+
+        Optional path (router/precise/redis_sink.py): routers subscribe to the engine
+        themselves; this set serves consumers that can't reach the ZMQ socket.
+        """
+        from router.precise.kv_events import KVEventSubscriber
+        from router.precise.redis_sink import RedisExactSink
+        from router.redis_client import make_client
+
+        config = self.config
+        redis = make_client(config.register_redis or "")
+        sub = KVEventSubscriber(
+            config.effective_worker_id, local_endpoint(config.kv_events_endpoint or ""),
+            RedisExactSink(redis, config.registry_prefix),
+            replay_endpoint=local_endpoint(config.kv_events_replay_endpoint or "") or None,
+            topic=config.kv_events_topic)
+        try:
+            while True:
+                try:
+                    await sub.run()
+                except Exception as exc:  # noqa: BLE001 - Redis down: retry, never die
+                    # The failed batch was not marked applied: the next one opens a gap, and
+                    # the replay re-applies it (set writes are idempotent) or clears the set.
+                    log.warning("mirroring kv events to redis failed (retrying): %s", exc)
+                    await asyncio.sleep(1.0)
+        finally:
+            await redis.aclose()
+
     async def _drain(self, http: aiohttp.ClientSession, exited: asyncio.Future) -> None:
         """Stop new traffic, then let vLLM finish what it has (bounded)."""
         if self._register_task is not None:
@@ -212,6 +254,8 @@ class Launcher:
 
     async def _shutdown(self, exited: asyncio.Future) -> int:
         """Deregister, stop vLLM (TERM, then KILL), and return the status to exit with."""
+        if self._exact_task is not None:
+            await _cancel(self._exact_task)
         if self._register_task is not None:
             await _cancel(self._register_task)
         if self._registration is not None:

@@ -6,6 +6,7 @@ The lifecycle tests run the real launcher against a fake `vllm.entrypoints.opena
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
@@ -238,3 +239,46 @@ def _health(port: int) -> bool:
             return resp.status == 200
     except OSError:
         return False
+
+
+@pytest.fixture
+def mirroring_worker(redis_server):  # type: ignore[no-untyped-def]
+    """A launcher (fake vLLM) registered in Redis, with KV events on two free ports."""
+    port, events, replay = free_port(), free_port(), free_port()
+    proc = spawn_worker(port, "--register-redis", redis_server.url, "--worker-id", "wE",
+                        "--kv-events-endpoint", f"tcp://*:{events}",
+                        "--kv-events-replay-endpoint", f"tcp://*:{replay}")
+    try:
+        yield events, replay
+    finally:
+        stop(proc)
+
+
+async def test_launcher_mirrors_kv_events_into_redis(redis_server, mirroring_worker) -> None:  # type: ignore[no-untyped-def]
+    """The optional Redis path: {prefix}exact:{worker} follows the engine's KV events."""
+    from tests.engine.vllm_publisher import FakePublisher, cleared, removed, stored
+
+    events, replay = mirroring_worker
+    client = redis_server.client()
+    key = "prefix-router:exact:wE"
+
+    def members() -> set[int]:
+        return {int(m) for m in client.smembers(key)}
+
+    async def until(check, what: str) -> None:
+        deadline = time.monotonic() + 30
+        while not check():
+            assert time.monotonic() < deadline, f"{what} not reached"
+            await asyncio.sleep(0.1)
+            await pub.publish([])  # PUB drops what the SUB missed; a gap makes it replay
+
+    # The fake engine doesn't publish: this stands in for vLLM's sockets on the same ports.
+    async with FakePublisher(f"tcp://127.0.0.1:{events}", f"tcp://127.0.0.1:{replay}",
+                             topic="kv-events") as pub:
+        await pub.publish([stored([11, 12, 13])])
+        await until(lambda: members() == {11, 12, 13}, "stored blocks in redis")
+        assert 0 < client.pttl(key) <= 3600 * 1000
+        await pub.publish([removed([12])])
+        await until(lambda: members() == {11, 13}, "removal")
+        await pub.publish([cleared()])
+        await until(lambda: client.exists(key) == 0, "clear")
