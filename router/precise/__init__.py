@@ -8,5 +8,7 @@ install needs neither ZMQ nor transformers):
 - ``tokenize``: the prompt's token ids as vLLM computes them (chat template applied);
 - ``feeds``: one subscriber per worker, started and stopped with the pool;
 - ``matcher``: request -> (routing key, per-worker match, predicted cached tokens);
-- ``collector``: their state as Prometheus metrics, read at scrape time.
+- ``collector``: their state as Prometheus metrics, read at scrape time;
+- ``redis_sink``: the optional mirror of one worker's exact residency into Redis (written
+  by prefix-worker, not read by routers).
 """
