@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import multiprocessing
 import os
 import random
 import shlex
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -95,12 +97,20 @@ async def _one(n_workers: int, resident: int, decisions: int) -> dict[str, Any]:
             "rss_mib": (rss1 - rss0) / 2**20, "bytes_per_block": (rss1 - rss0) / max(1, total)}
 
 
+def _row(n_workers: int, resident: int, decisions: int) -> dict[str, Any]:
+    return asyncio.run(_one(n_workers, resident, decisions))
+
+
 def scale(args: argparse.Namespace) -> list[dict[str, Any]]:
     caption = "python -m bench " + shlex.join(args.argv)
     rows = []
+    # one fresh process per row: RSS growth is then this row's residency, not memory freed
+    # by a previous row and reused
+    ctx = multiprocessing.get_context("spawn")
     for n in [int(x) for x in args.workers.split(",")]:
         for r in [int(x) for x in args.blocks.split(",")]:
-            row = asyncio.run(_one(n, r, args.decisions))
+            with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+                row = pool.submit(_row, n, r, args.decisions).result()
             rows.append(row)
             sys.stderr.write(f"[scale] {row}\n")
     lines = [f"`{caption}`", "", "| workers | resident blocks | decision p50 / p99 µs | "
