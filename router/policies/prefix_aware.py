@@ -4,12 +4,13 @@ bound = ceil((1 + epsilon) * (total load + 1) / n)  (Mirrokni, Thorup, Zadimogha
 By default the key's ring owner takes the request, or the next ring node under the bound
 (a spill, which makes a hot context's second warm replica). Residency overrides the ring
 only for a *significant* match: a worker under the bound that holds at least
-``warm_ratio`` of this prompt's blocks (and ``min_match``). A shorter match is what every
-worker that served anything holds (a shared system prompt); letting it win would pile all
-new contexts onto a few workers and leave others cold. Among significant matches the
-longest wins, ties broken on the ring from the shared block itself, so every request
-sharing that prefix prefers the same replica. Some worker is always under the bound, so no
-request goes over it while another could take it. The ring is walked lazily.
+``warm_ratio`` of this prompt's blocks (and ``min_match``), and more than every candidate
+holds. A shorter match, or one every worker shares, is a system prompt or a conversation
+opener; letting it win would pile new contexts onto a few workers and leave others cold.
+Among significant matches the longest wins, ties broken on the ring from the shared block
+itself, so every request sharing that prefix prefers the same replica. Some worker is
+always under the bound, so no request goes over it while another could take it. The ring
+is walked lazily.
 """
 
 from __future__ import annotations
@@ -44,8 +45,11 @@ class PrefixAware:
              matches: Mapping[str, int]) -> Decision:
         bound = load_bound(sum(w.load for w in candidates), len(candidates), self.epsilon)
         significant = max(self.min_match, math.ceil(self.warm_ratio * len(key.chain)))
-        warm = [w for w in candidates
-                if matches.get(w.id, 0) >= significant and w.load + 1 <= bound]
+        # what every candidate holds (a system prompt, a conversation opener) says nothing
+        # about where this context lives: only a match beyond it can override the ring
+        common = min(matches.get(w.id, 0) for w in candidates) if len(candidates) > 1 else 0
+        warm = [w for w in candidates if w.load + 1 <= bound
+                and matches.get(w.id, 0) >= significant and matches[w.id] > common]
         seen: list[Worker] = []
         if warm:
             longest = max(matches[w.id] for w in warm)

@@ -107,7 +107,7 @@ def test_equally_warm_replicas_are_preferred_the_same_way_by_every_request(
     first = RoutingKey(key=f"{a:x}", chain=(*shared, b"\x01" * 8), explicit=False)
     second = RoutingKey(key=f"{b:x}", chain=(*shared, b"\x02" * 8), explicit=False)
     matches = {f"w{i}": len(shared) for i in warm if i < n}
-    if len(matches) < 2:
+    if not 2 <= len(matches) < n:  # all equally warm: nothing to prefer, the ring decides
         return
     policy = make_policy("prefix_aware")
     one, two = policy.rank(first, pool, matches), policy.rank(second, pool, matches)
@@ -138,3 +138,15 @@ async def test_a_shared_system_prompt_does_not_make_every_busy_worker_warm() -> 
     k = prompt_key(prompt, "m", block_size=256, max_blocks=256, key_blocks=32)
     decision = policy.rank(k, pool, await residency.match(k.chain, [w.id for w in pool]))
     assert decision.ranked[0].id == chosen[7]
+
+
+def test_a_prefix_every_worker_holds_is_not_warm_even_in_a_short_prompt() -> None:
+    """A conversation opener all workers hold covers most of a short prompt: still the ring."""
+    pool = workers([0] * 4)
+    chain = tuple(bytes([i]) * 8 for i in range(4))  # 3 opener blocks + 1 new block
+    key = RoutingKey(key="feedface", chain=chain, explicit=False)
+    policy = make_policy("prefix_aware")
+    everyone = {w.id: 3 for w in pool}
+    assert policy.rank(key, pool, everyone).reason == "ring"
+    # one worker holding more than the rest (the new block too) is warm
+    assert policy.rank(key, pool, {**everyone, "w2": 4}).ranked[0].id == "w2"
