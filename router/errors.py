@@ -50,3 +50,17 @@ async def openai_errors(request: web.Request, handler):  # type: ignore[no-untyp
         if exc.status == 413:
             message = "request body too large"
         return error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
+
+
+class RequestError(Exception):
+    """A request the router answers itself, before any worker sees it."""
+
+    def __init__(self, status: int, message: str, code: str,
+                 retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.retry_after = retry_after
+
+    def response(self, headers: dict[str, str]) -> web.Response:
+        return error_response(self.status, str(self), self.code, self.retry_after, headers)

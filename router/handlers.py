@@ -10,19 +10,35 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from router import keys
-from router.errors import error_response
+from router.errors import RequestError
 from router.state import ROUTER, RouterState
+from router.workers import Worker
 
 PromptReader = Callable[[dict[str, Any]], bytes]
-
-
 CHAT_PATH = "/v1/chat/completions"
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    body: bytes  # forwarded unchanged
+    payload: dict[str, Any]
+    model: str | None
+    stream: bool
+
+
+@dataclass(slots=True)
+class Plan:
+    ranked: list[Worker]
+    reason: str
+    chain: tuple[bytes, ...] = ()  # recorded as warm on the worker that serves it
+    worker_headers: dict[str, dict[str, str]] | None = None
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -43,92 +59,106 @@ async def _route(request: web.Request, path: str,
     state = request.app[ROUTER]
     started = time.perf_counter()
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
-    reply = {"X-Request-Id": request_id}
-    body = await request.read()
     try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        return error_response(400, f"request body is not valid JSON: {exc}", "invalid_json",
-                              headers=reply)
-    if not isinstance(payload, dict):
-        return error_response(400, "request body must be a JSON object", "invalid_body",
-                              headers=reply)
-    model = payload.get("model")
-    if model is not None and not isinstance(model, str):
-        return error_response(400, "'model' must be a string", "invalid_model", headers=reply)
-    stream = payload.get("stream", False)
-    if not isinstance(stream, bool):
-        return error_response(400, "'stream' must be a boolean", "invalid_stream", headers=reply)
-    try:
-        key = _routing_key(request, state, payload, model, read_prompt)
-    except keys.InvalidPrompt as exc:
-        return error_response(400, str(exc), "invalid_prompt", headers=reply)
-    if model is not None and not state.pool.knows_model(model):
-        return error_response(404, f"model {model!r} is not served by any worker",
-                              "model_not_found", headers=reply)
-    candidates = state.pool.candidates(model)
-    if not candidates:
-        return error_response(503, "no healthy worker can take the request now",
-                              "no_worker_available", retry_after=1, headers=reply)
-
-    worker_headers: dict[str, dict[str, str]] | None = None
-    precise = None
-    if read_prompt is None:
-        ranked, reason = sorted(candidates, key=lambda w: w.load), "least_loaded"
-    else:
-        if state.precise is not None and not key.explicit and state.policy.uses_residency:
-            try:
-                precise = await state.precise.key(payload, model, path == CHAT_PATH, candidates)
-            except keys.InvalidPrompt as exc:
-                return error_response(400, str(exc), "invalid_prompt", headers=reply)
-        state.metrics.decision_mode.labels(
-            "precise" if precise else "header" if key.explicit else "prompt").inc()
-        if precise is not None:
-            # Exact residency comes from the workers' KV events: nothing to record here.
-            key = precise.key
-            matches = state.precise.match(key.chain, [w.id for w in candidates])
-        elif state.policy.uses_residency:
-            matches = await state.residency.match(key.chain, [w.id for w in candidates])
+        parsed = _parse(await request.read())
+        candidates = _candidates(state, parsed.model)
+        if read_prompt is None:
+            plan = Plan(sorted(candidates, key=lambda w: w.load), "least_loaded")
         else:
-            matches = {}
-        decision = state.policy.rank(key, candidates, matches)
-        ranked, reason = decision.ranked, decision.reason
-        if precise is not None:
-            if state.config.router_headers:
-                worker_headers = state.precise.predicted_headers(precise, matches, ranked)
-        elif state.policy.uses_residency:
-            state.residency.record(ranked[0].id, key.chain)
-        if state.policy.uses_residency:
-            hit = matches.get(ranked[0].id, 0) > 0
-            state.metrics.residency.labels("hit" if hit else "miss").inc()
+            plan = await _plan(request, state, path, parsed, read_prompt, candidates)
+    except RequestError as exc:
+        return exc.response({"X-Request-Id": request_id})
 
     assert state.proxy is not None
-    outcome = await state.proxy.forward(request, path, body, ranked, stream, request_id, reason,
-                                        worker_headers)
+    outcome = await state.proxy.forward(request, path, parsed.body, plan.ranked, parsed.stream,
+                                        request_id, plan.reason, plan.worker_headers)
     served = outcome.worker
-    if served is not None and served is not ranked[0] and state.policy.uses_residency \
-            and read_prompt is not None and precise is None:
-        state.residency.record(served.id, key.chain)
-    final_reason = reason if outcome.attempts <= 1 else "failover"
-    state.metrics.decisions.labels(state.policy.name, final_reason).inc()
-    state.metrics.requests.labels(path, served.id if served else "none",
-                                  str(outcome.response.status)).inc()
-    state.metrics.latency.labels(path).observe(time.perf_counter() - started)
+    if plan.chain and served is not None and served is not plan.ranked[0]:
+        state.residency.record(served.id, plan.chain)  # the failover worker is warm now
+    metrics = state.metrics
+    metrics.decisions.labels(state.policy.name,
+                             plan.reason if outcome.attempts <= 1 else "failover").inc()
+    metrics.requests.labels(path, served.id if served else "none",
+                            str(outcome.response.status)).inc()
+    metrics.latency.labels(path).observe(time.perf_counter() - started)
     return outcome.response
 
 
-def _routing_key(request: web.Request, state: RouterState, payload: dict[str, Any],
-                 model: str | None, read_prompt: PromptReader | None) -> keys.RoutingKey:
+def _parse(body: bytes) -> Parsed:
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise RequestError(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
+    if not isinstance(payload, dict):
+        raise RequestError(400, "request body must be a JSON object", "invalid_body")
+    model = payload.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError(400, "'model' must be a string", "invalid_model")
+    stream = payload.get("stream", False)
+    if not isinstance(stream, bool):
+        raise RequestError(400, "'stream' must be a boolean", "invalid_stream")
+    return Parsed(body, payload, model, stream)
+
+
+def _candidates(state: RouterState, model: str | None) -> list[Worker]:
+    if model is not None and not state.pool.knows_model(model):
+        raise RequestError(404, f"model {model!r} is not served by any worker",
+                           "model_not_found")
+    candidates = state.pool.candidates(model)
+    if not candidates:
+        raise RequestError(503, "no healthy worker can take the request now",
+                           "no_worker_available", retry_after=1)
+    return candidates
+
+
+async def _plan(request: web.Request, state: RouterState, path: str, parsed: Parsed,
+                read_prompt: PromptReader, candidates: list[Worker]) -> Plan:
+    """Key the request, read residency once, rank; note what to record as warm."""
+    policy, ids = state.policy, [w.id for w in candidates]
+    matcher = state.precise if policy.uses_residency else None
+    try:
+        header = _header_key(request)
+        precise = None
+        if header is None and matcher is not None:
+            precise = await matcher.key(parsed.payload, parsed.model, path == CHAT_PATH,
+                                        candidates)
+        if header is not None:
+            key, source = header, "header"
+        elif precise is not None:
+            key, source = precise.key, "precise"
+        else:
+            cfg = state.config
+            key = keys.prompt_key(read_prompt(parsed.payload), parsed.model or "",
+                                  cfg.block_chars, cfg.max_blocks, cfg.key_blocks)
+            source = "prompt"
+    except keys.InvalidPrompt as exc:
+        raise RequestError(400, str(exc), "invalid_prompt") from None
+    state.metrics.decision_mode.labels(source).inc()
+    if not policy.uses_residency:
+        decision = policy.rank(key, candidates, {})
+        return Plan(decision.ranked, decision.reason)
+    if precise is not None and matcher is not None:  # exact residency from KV events
+        matches = matcher.match(key.chain, ids)
+    else:
+        matches = await state.residency.match(key.chain, ids)
+    decision = policy.rank(key, candidates, matches)
+    chosen = decision.ranked[0]
+    state.metrics.residency.labels("hit" if matches.get(chosen.id, 0) else "miss").inc()
+    if precise is not None and matcher is not None:
+        headers = (matcher.predicted_headers(precise, matches, decision.ranked)
+                   if state.config.router_headers else None)
+        return Plan(decision.ranked, decision.reason, worker_headers=headers)
+    state.residency.record(chosen.id, key.chain)
+    return Plan(decision.ranked, decision.reason, chain=key.chain)
+
+
+def _header_key(request: web.Request) -> keys.RoutingKey | None:
     header = request.headers.get("X-Context-Hash")
-    if header is not None:
-        if not keys.valid_context_hash(header):
-            raise keys.InvalidPrompt("X-Context-Hash must be 8-64 hexadecimal characters")
-        return keys.explicit_key(header)
-    if read_prompt is None:
-        return keys.RoutingKey(key="", chain=(), explicit=False)
-    cfg = state.config
-    return keys.prompt_key(read_prompt(payload), model or "", cfg.block_chars, cfg.max_blocks,
-                           cfg.key_blocks)
+    if header is None:
+        return None
+    if not keys.valid_context_hash(header):
+        raise keys.InvalidPrompt("X-Context-Hash must be 8-64 hexadecimal characters")
+    return keys.explicit_key(header)
 
 
 async def list_models(request: web.Request) -> web.Response:
