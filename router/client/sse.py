@@ -55,23 +55,21 @@ class SSEDecoder:
 
 def delta_text(event: dict[str, Any]) -> str:
     """The text of choice 0 in a chat (`delta.content`) or completions (`text`) chunk."""
-    for choice in event.get("choices") or ():
-        if not isinstance(choice, dict) or choice.get("index", 0) != 0:
-            continue
-        delta = choice.get("delta")
-        if isinstance(delta, dict):
-            return delta.get("content") or ""
-        return choice.get("text") or ""
-    return ""
+    return _choice_text(event, "delta")
 
 
 def response_text(body: dict[str, Any]) -> str:
     """The text of choice 0 of a non-streamed chat or completions response."""
-    for choice in body.get("choices") or ():
+    return _choice_text(body, "message")
+
+
+def _choice_text(obj: dict[str, Any], chat_field: str) -> str:
+    """Choice 0's chat ``{chat_field}.content``, or its completions ``text``."""
+    for choice in obj.get("choices") or ():
         if not isinstance(choice, dict) or choice.get("index", 0) != 0:
             continue
-        message = choice.get("message")
-        if isinstance(message, dict):
-            return message.get("content") or ""
+        chat = choice.get(chat_field)
+        if isinstance(chat, dict):
+            return chat.get("content") or ""
         return choice.get("text") or ""
     return ""
