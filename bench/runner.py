@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench import analysis, bounds, fleet, peers, scrape
+from bench import analysis, bounds, dynamo, fleet, peers, scrape
 from bench.loadgen import drive
 from bench.workloads import BenchRequest, make_workload
 
@@ -116,11 +116,21 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             max_len = cfg.max_model_len or -(-(longest + 16) // 1024) * 1024
             spec = fleet.WorkerSpec(profile=cfg.profile, time_scale=cfg.time_scale,
                                     num_gpu_blocks=blocks, max_model_len=max_len)
-            procs += fleet.start_workers(cfg.workers, spec, logdir)
-            worker_urls = [p.url for p in procs]
+            if cfg.policy == "dynamo_kv":  # workers publish KV events to Dynamo's shim
+                workers, dyn_router = dynamo.start_dynamo(cfg.workers, spec, logdir)
+                procs += [*workers, dyn_router]
+                worker_urls = [w.url for w in workers]
+            else:
+                procs += fleet.start_workers(cfg.workers, spec, logdir)
+                worker_urls = [p.url for p in procs]
         router_pid, worker_ids = None, None
         if cfg.router_url:
             router_url = cfg.router_url
+        elif cfg.policy == "dynamo_kv":
+            if cfg.worker_urls:
+                raise SystemExit("dynamo_kv starts its own workers, with KV events on")
+            router_url, router_pid = dyn_router.url, dyn_router.popen.pid
+            worker_ids = [f"w{i}" for i in range(len(worker_urls))]
         elif cfg.policy in peers.PEERS:
             peer = peers.start_peer(cfg.policy, worker_urls, logdir)
             procs.append(peer)
