@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -16,20 +14,26 @@ from router.errors import openai_errors
 from router.health import HealthChecker
 from router.load import load_ctx
 from router.metrics import RouterMetrics
-from router.policies import make_policy
 from router.precise_ctx import precise_ctx
 from router.proxy import Proxy
 from router.redis_client import make_client, redis_ctx
+from router.request_id import request_ids, stamp_request_id
 from router.residency.base import ResidencyStore
 from router.residency.memory import MemoryResidency
 from router.residency.redis import RedisResidency
+from router.routing.pipeline import Pipeline
+from router.routing.policies import PolicyKnobs, make_policy
 from router.state import ROUTER, RouterState
+from router.supervisor import SUPERVISOR, Supervisor, supervisor_ctx
 from router.workers import WorkerPool
 
 
 def build_app(config: RouterConfig) -> web.Application:
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[openai_errors])
+    app = web.Application(client_max_size=config.max_body_bytes,
+                          middlewares=[request_ids, openai_errors])
+    app.on_response_prepare.append(stamp_request_id)
     metrics = RouterMetrics()
+    app[SUPERVISOR] = Supervisor(metrics.background_errors)
     redis = make_client(config.redis_url) if config.redis_url else None
     residency: ResidencyStore = MemoryResidency(default_capacity=config.residency_capacity)
     if redis is not None:
@@ -37,11 +41,14 @@ def build_app(config: RouterConfig) -> web.Application:
                                    ttl_s=config.residency_ttl_s,
                                    timeout_ms=config.redis_timeout_ms,
                                    default_capacity=config.residency_capacity)
+    pool = WorkerPool()
     state = RouterState(
         config=config,
-        pool=WorkerPool(),
-        policy=make_policy(config.policy, epsilon=config.bound_epsilon,
-                           min_match=config.min_match, warm_ratio=config.warm_ratio),
+        pool=pool,
+        pipeline=Pipeline(pool, make_policy(config.policy, _knobs(config)), residency, metrics,
+                          block_chars=config.block_chars, max_blocks=config.max_blocks,
+                          key_blocks=config.key_blocks,
+                          decode_penalty_s=config.decode_penalty_ms / 1000.0),
         residency=residency,
         metrics=metrics,
         redis=redis,
@@ -49,6 +56,7 @@ def build_app(config: RouterConfig) -> web.Application:
     for worker_id, url in config.workers:
         state.pool.add(state.new_worker(worker_id, url, "static"))
     app[ROUTER] = state
+    app.cleanup_ctx.append(supervisor_ctx)  # first in, so last out: no task outlives the app
     app.cleanup_ctx.append(_http_session)
     app.cleanup_ctx.append(redis_ctx)  # closed after the residency store's last flush
     app.cleanup_ctx.append(_residency)
@@ -65,6 +73,13 @@ def build_app(config: RouterConfig) -> web.Application:
     app.router.add_get("/metrics", handlers.metrics)
     admin.add_routes(app)
     return app
+
+
+def _knobs(config: RouterConfig) -> PolicyKnobs:
+    return PolicyKnobs(epsilon=config.bound_epsilon, margin=config.bound_margin,
+                       slack_s=config.slack_s, slack_ratio=config.slack_ratio,
+                       replica_idle_s=config.replica_idle_s, min_match=config.min_match,
+                       warm_ratio=config.warm_ratio)
 
 
 async def _http_session(app: web.Application) -> AsyncIterator[None]:
@@ -89,8 +104,6 @@ async def _health_checks(app: web.Application) -> AsyncIterator[None]:
     state.health = HealthChecker(state.pool, state.session, state.metrics,
                                  state.config.health_interval_s, state.config.health_timeout_s)
     await state.health.check_all()  # know who is up before the first request
-    task = asyncio.create_task(state.health.run())
+    app[SUPERVISOR].start("health", state.health.run)
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await app[SUPERVISOR].stop("health")

@@ -16,7 +16,6 @@ out of rotation. A failed read changes nothing (the pool keeps its last known sh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
@@ -29,6 +28,7 @@ from router.precise_ctx import on_registry_record, on_worker_gone
 from router.redis_client import timed
 from router.registry import WorkerRecord
 from router.state import ROUTER, RouterState
+from router.supervisor import SUPERVISOR
 from router.workers import Worker
 
 log = logging.getLogger(__name__)
@@ -73,10 +73,13 @@ class Discovery:
             return
         for record, expiry in live:
             self._expiry[record.id] = expiry
-            await self._upsert(record)
-            if (worker := self._state.pool.get(record.id)) is not None \
-                    and worker.source == "registry":
-                on_registry_record(self._state, record)
+            try:  # one worker's odd record or failing first check must not stall the rest
+                await self._upsert(record)
+                if (worker := self._state.pool.get(record.id)) is not None \
+                        and worker.source == "registry":
+                    on_registry_record(self._state, record)
+            except Exception:
+                log.exception("registry record of worker %s not applied", record.id)
         self._expire()
 
     async def _upsert(self, record: WorkerRecord) -> None:
@@ -134,8 +137,6 @@ async def discovery_ctx(app: web.Application) -> AsyncIterator[None]:
         return
     discovery = Discovery(state, state.redis)
     await discovery.poll()  # start with the fleet we can see
-    task = asyncio.create_task(discovery.run())
+    app[SUPERVISOR].start("discovery", discovery.run)
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await app[SUPERVISOR].stop("discovery")

@@ -6,6 +6,7 @@ import asyncio
 import logging
 
 import aiohttp
+import orjson
 
 from router.metrics import RouterMetrics
 from router.workers import Worker, WorkerPool
@@ -30,7 +31,13 @@ class HealthChecker:
             await asyncio.sleep(self._interval_s)
 
     async def check_all(self) -> None:
-        await asyncio.gather(*(self.check(w) for w in self._pool))
+        """Check every worker; one worker's failure never stops the others' checks."""
+        workers = list(self._pool)
+        results = await asyncio.gather(*(self.check(w) for w in workers),
+                                       return_exceptions=True)
+        for worker, result in zip(workers, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("health check of worker %s failed", worker.id, exc_info=result)
 
     async def check(self, worker: Worker) -> None:
         try:
@@ -51,7 +58,25 @@ class HealthChecker:
         async with self._session.get(worker.url + "/v1/models", timeout=self._timeout) as resp:
             if resp.status != 200:
                 return
-            listing = await resp.json(content_type=None)
-        models = frozenset(str(m["id"]) for m in listing.get("data", []) if "id" in m)
+            body = await resp.read()
+        models = parse_model_ids(body)
+        if models is None:  # its /health said yes: keep it, with the models last known
+            log.warning("worker %s answered /v1/models with an unexpected body", worker.id)
+            return
         if models and models != worker.models:
             worker.models = models
+
+
+def parse_model_ids(body: bytes) -> frozenset[str] | None:
+    """The ids in an OpenAI model listing; None unless it is ``{"data": [...]}``.
+
+    Entries without an id are skipped; a body of any other shape is a worker's bug, and
+    must cost that worker its model update, never the health loop."""
+    try:
+        listing = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(listing, dict) or not isinstance(data := listing.get("data", []), list):
+        return None
+    return frozenset(str(m["id"]) for m in data
+                     if isinstance(m, dict) and isinstance(m.get("id"), str | int))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import time
 import uuid
@@ -43,6 +44,7 @@ from redis.asyncio import Redis
 
 from router.redis_client import timed
 from router.state import ROUTER, RouterState
+from router.supervisor import SUPERVISOR
 from router.workers import Worker
 
 log = logging.getLogger(__name__)
@@ -63,9 +65,12 @@ def parse_engine_load(text: str) -> int | None:
         if name not in ENGINE_GAUGES:
             continue  # e.g. vllm:num_requests_running_total
         try:
-            total += float(line.rsplit(" ", 1)[1])
+            value = float(line.rsplit(" ", 1)[1])
         except (IndexError, ValueError):
             continue
+        if not math.isfinite(value):
+            continue  # NaN or Inf: no count of requests
+        total += value
         seen = True
     return round(total) if seen else None
 
@@ -218,8 +223,13 @@ class Scraper:
             await asyncio.sleep(self._state.config.scrape_interval_s)
 
     async def scrape_all(self) -> None:
+        """Scrape every healthy worker; one worker's failure never stops the others'."""
         workers = [w for w in self._state.pool if w.healthy]
-        await asyncio.gather(*(self._scrape(w) for w in workers))
+        results = await asyncio.gather(*(self._scrape(w) for w in workers),
+                                       return_exceptions=True)
+        for worker, result in zip(workers, results, strict=True):
+            if isinstance(result, Exception):
+                log.error("scrape of worker %s failed", worker.id, exc_info=result)
         live = {w.id for w in self._state.pool}
         for worker_id in list(self._view.engine):
             if worker_id not in live:
@@ -248,18 +258,15 @@ async def load_ctx(app: web.Application) -> AsyncIterator[None]:
     """Scrape engines (``scrape_interval_s`` > 0) and share load through Redis (when set)."""
     state = app[ROUTER]
     view = LoadView(state)
-    tasks: list[asyncio.Task[None]] = []
+    supervisor = app[SUPERVISOR]
     sharer: LoadSharer | None = None
     if state.redis is not None:
         sharer = LoadSharer(state, state.redis, view, state.replica_id)
-        tasks.append(asyncio.create_task(sharer.run()))
+        supervisor.start("load-sharer", sharer.run)
     if state.config.scrape_interval_s > 0 and state.session is not None:
-        tasks.append(asyncio.create_task(Scraper(state, state.session, view).run()))
+        supervisor.start("scraper", Scraper(state, state.session, view).run)
     yield
-    for task in tasks:
-        task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+    await supervisor.stop("scraper")
+    await supervisor.stop("load-sharer")
     if sharer is not None:
         await sharer.withdraw()

@@ -44,11 +44,47 @@ class RouterMetrics:
                                        "latency by operation", ["op"],
                                        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
                                                 0.1), registry=r)
+        self.background_errors = Counter("prefix_router_background_errors", "Exceptions that "
+                                         "ended a background task (restarted with backoff), "
+                                         "by task", ["task"], registry=r)
+
+        self._routing_metrics()
+
+    def _routing_metrics(self) -> None:
+        """The predicted-TTFT loop: what the router predicted, what the engines found."""
+        r = self.registry
+        self.cached_predicted = Counter("prefix_router_cached_tokens_predicted", "Prompt tokens "
+                                        "the router predicted the serving engine would find "
+                                        "cached (answers with usage)", registry=r)
+        self.cached_actual = Counter("prefix_router_cached_tokens_actual", "Prompt tokens the "
+                                     "engines reported cached (usage.prompt_tokens_details"
+                                     ".cached_tokens)", registry=r)
+        self.cache_prediction_error = Histogram(
+            "prefix_router_cache_prediction_error_ratio", "(predicted - actual cached tokens) "
+            "/ prompt tokens per answer: the router's routing precision",
+            buckets=(-1, -0.5, -0.25, -0.1, -0.02, 0.02, 0.1, 0.25, 0.5, 1), registry=r)
+        self.residency_corrections = Counter("prefix_router_residency_corrections", "Answers "
+                                             "whose engine found cold a prefix predicted warm "
+                                             "(residency older than it was dropped)",
+                                             ["worker"], registry=r)
+        self.residency_dropped = Counter("prefix_router_residency_dropped_blocks", "Residency "
+                                         "blocks dropped by those corrections", registry=r)
+        self.context_replicas = Histogram("prefix_router_context_replicas", "Live replicas of "
+                                          "the routed context, per decision",
+                                          buckets=(1, 2, 3, 4, 6, 8, 16), registry=r)
+        self.pending_prefill = Gauge("prefix_router_worker_pending_prefill_tokens", "Predicted "
+                                     "uncached prompt tokens queued on the worker (all routers "
+                                     "and the engine's excess)", ["worker"], registry=r)
+        self.decode_load = Gauge("prefix_router_worker_decode_load", "Requests past their "
+                                 "first byte on the worker", ["worker"], registry=r)
+        self.prefill_rate = Gauge("prefix_router_worker_prefill_tokens_per_second", "Learned "
+                                  "prefill rate of the worker", ["worker"], registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
     def forget_worker(self, worker_id: str) -> None:
-        for gauge in (self.in_flight, self.healthy):
+        for gauge in (self.in_flight, self.healthy, self.pending_prefill, self.decode_load,
+                      self.prefill_rate):
             with contextlib.suppress(KeyError):
                 gauge.remove(worker_id)

@@ -14,6 +14,7 @@ from aiohttp import web
 from router.config import RouterConfig
 from router.registry import WorkerRecord
 from router.state import ROUTER, RouterState
+from router.supervisor import SUPERVISOR
 
 if TYPE_CHECKING:
     from router.precise.feeds import FeedParams
@@ -68,9 +69,10 @@ async def precise_ctx(app: web.Application) -> AsyncIterator[None]:
     from router.precise.matcher import PreciseMatcher
     from router.precise.tokenize import load_tokenizers
 
-    feeds = KVEventFeeds(ExactResidency())
+    feeds = KVEventFeeds(ExactResidency(), app[SUPERVISOR])
     state.precise = PreciseMatcher(load_tokenizers(config.tokenizers), feeds,
                                    config.max_blocks, config.key_blocks)
+    state.pipeline.use_precise(state.precise)
     for worker_id, endpoints in config.kv_events:
         feeds.ensure(worker_id, static_feed_params(config, endpoints))
     collector = PreciseCollector(feeds)
@@ -78,4 +80,5 @@ async def precise_ctx(app: web.Application) -> AsyncIterator[None]:
     yield
     state.metrics.registry.unregister(collector)
     await feeds.close()
+    state.pipeline.use_precise(None)
     state.precise = None

@@ -1,10 +1,12 @@
 """prefix-router client SDK: OpenAI-compatible calls that name their retrieved context.
 
 Independent of the router's server code (it imports nothing else from `router`), so an
-application needs only aiohttp. See the README, "Client SDK and sidecar mode".
+application needs only aiohttp: sdk/pyproject.toml builds it alone as prefix-router-client.
+See the README, "Client SDK and sidecar mode".
 """
 
 from router.client.async_client import AsyncContextClient
+from router.client.contract import CONTEXT_HASH_HEADER
 from router.client.errors import (
     APIConnectionError,
     APIStatusError,
@@ -21,7 +23,6 @@ from router.client.errors import (
     StreamError,
 )
 from router.client.hashing import (
-    CONTEXT_HASH_HEADER,
     context_hash,
     join_documents,
     openai_headers,

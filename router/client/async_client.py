@@ -16,9 +16,8 @@ from typing import Any, Literal, overload
 import aiohttp
 
 from router.client.bodies import chat_body, completion_body
+from router.client.contract import CONTEXT_HASH_HEADER, REASON_HEADER, WORKER_HEADER
 from router.client.errors import (
-    REASON_HEADER,
-    WORKER_HEADER,
     APIConnectionError,
     APITimeoutError,
     PrefixRouterError,
@@ -26,7 +25,6 @@ from router.client.errors import (
     status_error,
 )
 from router.client.hashing import (
-    CONTEXT_HASH_HEADER,
     DOCUMENT_SEPARATOR,
     context_hash,
     is_valid_key,

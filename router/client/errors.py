@@ -10,8 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-WORKER_HEADER = "X-Prefix-Router-Worker"
-REASON_HEADER = "X-Prefix-Router-Reason"
+from router.client.contract import WORKER_HEADER
 
 
 class PrefixRouterError(Exception):

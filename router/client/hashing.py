@@ -9,17 +9,12 @@ application can compute the same key without the rest of the SDK.
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Sequence
 
-CONTEXT_HASH_HEADER = "X-Context-Hash"
-"""Request header carrying the context key. A real HTTP header: the router routes before it
-parses the body, and a key inside the JSON body would also be forwarded to the engine."""
+from router.client.contract import CONTEXT_HASH_HEADER, is_valid_context_hash
 
 DOCUMENT_SEPARATOR = "\n\n"
 """Joins retrieved documents into one context and the context to the question."""
-
-_KEY_RE = re.compile(r"^[0-9a-fA-F]{8,64}$")
 
 
 def context_hash(text: str) -> str:
@@ -36,7 +31,7 @@ def openai_headers(context: str) -> dict[str, str]:
 
 def is_valid_key(key: str) -> bool:
     """Whether `key` is an acceptable `X-Context-Hash` value: 8 to 64 hex characters."""
-    return bool(_KEY_RE.match(key))
+    return is_valid_context_hash(key)
 
 
 def join_documents(context: str | Sequence[str], separator: str = DOCUMENT_SEPARATOR) -> str:

@@ -10,7 +10,8 @@ from typing import Any
 
 import aiohttp
 
-from router.client.errors import REASON_HEADER, WORKER_HEADER, StreamError
+from router.client.contract import REASON_HEADER, WORKER_HEADER
+from router.client.errors import StreamError
 from router.client.sse import DONE, SSEDecoder, delta_text
 
 

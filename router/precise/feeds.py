@@ -16,12 +16,12 @@ the matcher only compares chains computed with the same ones.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from dataclasses import dataclass
 
 from router.precise.exact import ExactResidency
 from router.precise.kv_events import KVEventSubscriber
+from router.supervisor import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -35,14 +35,21 @@ class FeedParams:
     hash_seed: str
 
 
-class KVEventFeeds:
-    """Starts, replaces and stops subscribers; all of them write into one ExactResidency."""
+def _task_name(worker_id: str) -> str:
+    return f"kv-events:{worker_id}"
 
-    def __init__(self, residency: ExactResidency) -> None:
+
+class KVEventFeeds:
+    """Starts, replaces and stops subscribers; all of them write into one ExactResidency.
+
+    Each subscriber runs under the app's supervisor (a subscriber that raises is restarted,
+    and counted as task ``kv-events``); without one, under a private supervisor."""
+
+    def __init__(self, residency: ExactResidency, supervisor: Supervisor | None = None) -> None:
         self.residency = residency
+        self._supervisor = supervisor if supervisor is not None else Supervisor()
         self._params: dict[str, FeedParams] = {}
         self._subs: dict[str, KVEventSubscriber] = {}
-        self._tasks: dict[str, asyncio.Task[None]] = {}
 
     def ensure(self, worker_id: str, params: FeedParams) -> None:
         """Subscribe to a worker (no-op if already subscribed with the same parameters)."""
@@ -53,13 +60,11 @@ class KVEventFeeds:
                                 replay_endpoint=params.replay_endpoint, topic=params.topic)
         self._params[worker_id] = params
         self._subs[worker_id] = sub
-        self._tasks[worker_id] = asyncio.create_task(sub.run(), name=f"kv-events-{worker_id}")
+        self._supervisor.start(_task_name(worker_id), sub.run, label="kv-events")
         log.info("subscribed to %s kv events at %s", worker_id, params.endpoint)
 
     def drop(self, worker_id: str) -> None:
-        task = self._tasks.pop(worker_id, None)
-        if task is not None:
-            task.cancel()
+        self._supervisor.cancel(_task_name(worker_id))
         self._subs.pop(worker_id, None)
         self._params.pop(worker_id, None)
         self.residency.forget(worker_id)
@@ -78,9 +83,6 @@ class KVEventFeeds:
         await asyncio.gather(*(s.subscribed.wait() for s in self._subs.values()))
 
     async def close(self) -> None:
-        tasks = list(self._tasks.values())
-        for worker_id in list(self._tasks):
+        for worker_id in list(self._subs):
+            await self._supervisor.stop(_task_name(worker_id))
             self.drop(worker_id)
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
