@@ -85,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="one workload through one policy")
     _workload_args(r)
     _fleet_args(r)
-    r.add_argument("--policy", default="prefix_aware",
-                   help="prefix-router policy, or sglang_cache_aware / vllm_cache_aware")
+    r.add_argument("--policy", default="predicted_ttft",
+                   help="prefix-router policy, or sglang_cache_aware / vllm_cache_aware / "
+                   "dynamo_kv (Dynamo's selector; run inside unshare -n, see README)")
     r.add_argument("--bound-epsilon", type=float, default=0.25)
     r.add_argument("--router-url", default=None, help="drive this router instead")
     r.add_argument("--worker-urls", default="", help="with --router-url: workers to scrape")
@@ -95,8 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(c)
     _fleet_args(c)
     c.add_argument("--policies", default="round_robin,least_loaded,consistent_hash,"
-                   "prefix_aware@0.1,prefix_aware@0.25,prefix_aware@1.0,"
-                   "sglang_cache_aware,vllm_cache_aware",
+                   "sglang_cache_aware,llmd_weighted,dynamo_kv,prefix_aware,predicted_ttft",
                    help="comma list; prefix_aware@EPS sets epsilon; +hdr sends X-Context-Hash "
                    "of the whole context, +hdr1 of the first document")
     c.add_argument("--out-dir", type=Path, default=RESULTS)

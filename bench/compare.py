@@ -19,7 +19,7 @@ from bench.cli import run_config
 from bench.runner import log, run
 
 COLUMNS = ("policy", "hit rate", "unbounded / fleet-LRU bound", "TTFT p50 / p90 / p99 (ms)",
-           "p50 / p99 vs RR", "engine TTFT p50 / p99 (ms)", "req/s", "max/mean req",
+           "p50 / p99 vs RR", "engine TTFT p50 / p90 / p99 (ms)", "req/s", "max/mean req",
            "max/mean busy", "router CPU µs/req", "ok/total")
 
 
@@ -51,7 +51,7 @@ def row(res: dict[str, Any], rr: dict[str, Any] | None) -> list[str]:
             f"{_f(100 * b.get('unbounded_hit_rate', 0), '.1f')} / "
             f"{_f(100 * b.get('fleet_lru_hit_rate', 0), '.1f')} %",
             f"{_f(t['p50'], '.0f')} / {_f(t['p90'], '.0f')} / {_f(t['p99'], '.0f')}", vs,
-            f"{_f(e['p50'], '.0f')} / {_f(e['p99'], '.0f')}",
+            f"{_f(e['p50'], '.0f')} / {_f(e['p90'], '.0f')} / {_f(e['p99'], '.0f')}",
             _f(res["throughput"]["requests_per_s"], ".2f"),
             _f(res["load"]["requests_max_over_mean"], ".2f"),
             _f(res["load"]["busy_max_over_mean"], ".2f"),

@@ -1,6 +1,6 @@
 """``python -m bench scale``: the routing decision in process, at fleet scale.
 
-No HTTP: the prompt is hashed into its chain (router.keys.prompt_key), the in-memory
+No HTTP: the prompt is hashed into its chain (router.routing.keys.prompt_key), the in-memory
 residency is asked for each candidate's longest resident prefix, and the policy ranks
 the candidates, exactly the three calls the request handler makes. Residency is filled
 with R resident blocks spread over N workers (chains of 64 blocks, as long RAG prompts
@@ -25,10 +25,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from router.keys import prompt_key
-from router.policies import make_policy
+from router.metrics import RouterMetrics
 from router.residency.memory import MemoryResidency
-from router.workers import Worker
+from router.routing.keys import prompt_key
+from router.routing.pipeline import Pipeline
+from router.routing.policies import Decision, make_policy
+from router.workers import Worker, WorkerPool
 
 BLOCK_CHARS, MAX_BLOCKS, KEY_BLOCKS, CHAIN = 256, 256, 32, 64
 
@@ -38,7 +40,8 @@ def rss_bytes() -> int:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-async def _one(n_workers: int, resident: int, decisions: int) -> dict[str, Any]:
+async def _one(n_workers: int, resident: int, decisions: int,
+               policy_name: str = "predicted_ttft") -> dict[str, Any]:
     rng = random.Random(f"scale:{n_workers}:{resident}")
     workers = [Worker(id=f"w{i}", url=f"http://w{i}", healthy=True) for i in range(n_workers)]
     ids = [w.id for w in workers]
@@ -60,12 +63,23 @@ async def _one(n_workers: int, resident: int, decisions: int) -> dict[str, Any]:
     await asyncio.sleep(0)
     fill_s = time.perf_counter() - t0
     rss1 = rss_bytes()
-    policy = make_policy("prefix_aware", epsilon=0.25)
+    pool = WorkerPool()
     for w in workers:
         w.in_flight = 4  # equal loads: every worker is under the bound
+        pool.add(w)
+    pipeline = Pipeline(pool, make_policy(policy_name), residency, RouterMetrics(),
+                        block_chars=BLOCK_CHARS, max_blocks=MAX_BLOCKS, key_blocks=KEY_BLOCKS)
+
+    async def decide(prompt: bytes) -> tuple[Decision, int]:
+        candidates = pipeline.candidates(None)
+        request = await pipeline.key({}, "m", False, lambda _: prompt, None, candidates)
+        t_match = time.perf_counter_ns()
+        await pipeline.annotate(request, candidates)
+        match = time.perf_counter_ns() - t_match
+        return pipeline.rank(request, candidates), match
+
     for i in range(4):  # untimed: build the ring once (a router builds it per membership)
-        key = prompt_key(prompts[i], "m", BLOCK_CHARS, MAX_BLOCKS, KEY_BLOCKS)
-        policy.rank(key, workers, await residency.match(key.chain, ids))
+        await decide(prompts[i])
     times: dict[bool, list[int]] = {True: [], False: []}  # resident prompt? -> ns
     match_ns = []
     warm = 0
@@ -74,13 +88,10 @@ async def _one(n_workers: int, resident: int, decisions: int) -> dict[str, Any]:
         prompt = (prompts[i % len(prompts)] if resident_prompt
                   else rng.randbytes(4096).hex().encode())
         t = time.perf_counter_ns()
-        key = prompt_key(prompt, "m", BLOCK_CHARS, MAX_BLOCKS, KEY_BLOCKS)
-        tm = time.perf_counter_ns()
-        matches = await residency.match(key.chain, ids)
-        match_ns.append(time.perf_counter_ns() - tm)
-        decision = policy.rank(key, workers, matches)
+        decision, match = await decide(prompt)
         times[resident_prompt].append(time.perf_counter_ns() - t)
-        warm += decision.reason == "warm"
+        match_ns.append(match)
+        warm += decision.ranked[0].matched_blocks > 0
     every = np.asarray(times[True] + times[False]) / 1000.0
     res = np.asarray(times[True]) / 1000.0
     cold = np.asarray(times[False]) / 1000.0
@@ -114,7 +125,7 @@ def scale(args: argparse.Namespace) -> list[dict[str, Any]]:
             rows.append(row)
             sys.stderr.write(f"[scale] {row}\n")
     lines = [f"`{caption}`", "", "| workers | resident blocks | decision p50 / p99 µs | "
-             "resident prompt p50 / p99 µs | cold prompt p50 / p99 µs | residency match p50 µs "
+             "resident prompt p50 / p99 µs | cold prompt p50 / p99 µs | signals p50 µs "
              "| warm decisions | residency memory MiB | bytes/block |",
              "|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['workers']:,} | {r['resident_blocks']:,} | {r['decision_us_p50']:.0f} / "

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from router.policies import POLICY_NAMES
+from router.routing.policies import POLICY_NAMES
 
 ENV_PREFIX = "PREFIX_ROUTER_"
 
@@ -38,7 +38,7 @@ class RouterConfig:
     port: int = _opt(8000, "port to listen on", lambda v: 0 <= v < 65536, "must be a TCP port")
     workers: tuple[tuple[str, str], ...] = _opt(
         (), "upstream workers: URL[,URL...] or NAME=URL[,...]; ids default to w0, w1, ...")
-    policy: str = _opt("prefix_aware", "routing policy: " + ", ".join(POLICY_NAMES),
+    policy: str = _opt("predicted_ttft", "routing policy: " + ", ".join(POLICY_NAMES),
                        lambda v: v in POLICY_NAMES, "must be one of " + ", ".join(POLICY_NAMES))
     redis_url: str = _opt("", "Redis for shared residency/registry/load (empty: in memory)",
                           lambda v: v == "" or v.split("://", 1)[0] in
@@ -57,6 +57,18 @@ class RouterConfig:
     key_blocks: int = _opt(32, "ring key = chain link at block min(n, key_blocks)", *_POSITIVE)
     bound_epsilon: float = _opt(0.25, "load bound slack: bound = ceil((1+eps)(L+1)/n)",
                                 *_POSITIVE)
+    bound_margin: int = _opt(2, "predicted_ttft: requests allowed over the load bound (keeps "
+                             "a conversation on its worker at low concurrency)", *_NON_NEGATIVE)
+    slack_s: float = _opt(0.05, "predicted_ttft: a context leaves its home only for a worker "
+                          "predicted faster by this many seconds ...", *_NON_NEGATIVE)
+    slack_ratio: float = _opt(0.25, "predicted_ttft: ... plus this share of its predicted TTFT",
+                              *_NON_NEGATIVE)
+    replica_idle_s: float = _opt(30.0, "predicted_ttft: a context's replica unused this long "
+                                 "stops counting as its home", *_POSITIVE)
+    prefill_rate: float = _opt(20000.0, "prefill tokens/s assumed for a worker before it has "
+                               "answered (then learned from its answers)", *_POSITIVE)
+    decode_penalty_ms: float = _opt(1.0, "predicted TTFT added per request decoding on the "
+                                    "worker", *_NON_NEGATIVE)
     min_match: int = _opt(1, "blocks a resident prefix must cover to count as warm", *_POSITIVE)
     warm_ratio: float = _opt(0.5, "share of a prompt's blocks a worker must hold for residency "
                              "to override the ring", lambda v: 0 < v <= 1, "must be in (0, 1]")

@@ -1,8 +1,11 @@
-"""OpenAI-compatible request handlers: parse once, key, rank, forward the original bytes.
+"""OpenAI-compatible request handlers: the request path, read top to bottom in ``_route``.
 
-Keys come from, in order: the client's X-Context-Hash header; precise mode (the model's
-tokenizer and vLLM's block hashes matched against KV-event residency) when it applies;
-else the approximate text chain. /metrics counts which (routing_key_source).
+parse once -> candidates -> key -> signals -> rank -> forward the original bytes ->
+complete. The steps live in router/routing/pipeline.py; this module only drives them and
+turns refusals into OpenAI-shaped errors. Keys come from the client's X-Context-Hash
+header (ring placement only; residency is matched on the prompt), precise mode (the
+model's tokenizer and vLLM's block hashes against KV-event residency) when it applies,
+else the approximate text chain; /metrics counts which (routing_key_source).
 """
 
 from __future__ import annotations
@@ -16,13 +19,18 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from router import keys
 from router.errors import RequestError
-from router.state import ROUTER, RouterState
-from router.workers import Worker
+from router.routing import keys
+from router.routing.candidate import Candidate
+from router.routing.errors import Rejected
+from router.routing.policies.base import Decision
+from router.routing.request import RoutingRequest
+from router.state import ROUTER
 
 PromptReader = Callable[[dict[str, Any]], bytes]
 CHAT_PATH = "/v1/chat/completions"
+NO_KEY = keys.RoutingKey("", ())
+PREDICTED_HEADER = "X-Prefix-Router-Predicted-Cached"
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,14 +39,6 @@ class Parsed:
     payload: dict[str, Any]
     model: str | None
     stream: bool
-
-
-@dataclass(slots=True)
-class Plan:
-    ranked: list[Worker]
-    reason: str
-    chain: tuple[bytes, ...] = ()  # recorded as warm on the worker that serves it
-    worker_headers: dict[str, dict[str, str]] | None = None
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -57,27 +57,37 @@ async def embeddings(request: web.Request) -> web.StreamResponse:
 async def _route(request: web.Request, path: str,
                  read_prompt: PromptReader | None) -> web.StreamResponse:
     state = request.app[ROUTER]
+    pipeline = state.pipeline
     started = time.perf_counter()
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
     try:
         parsed = _parse(await request.read())
-        candidates = _candidates(state, parsed.model)
+        candidates = pipeline.candidates(parsed.model)
         if read_prompt is None:
-            plan = Plan(sorted(candidates, key=lambda w: w.load), "least_loaded")
+            routing = RoutingRequest(NO_KEY, 0.0, 1.0, parsed.model, source="none")
+            decision = Decision(sorted(candidates, key=lambda c: c.load), "least_loaded")
         else:
-            plan = await _plan(request, state, path, parsed, read_prompt, candidates)
+            routing = await pipeline.key(parsed.payload, parsed.model, path == CHAT_PATH,
+                                         read_prompt, request.headers.get("X-Context-Hash"),
+                                         candidates)
+            await pipeline.annotate(routing, candidates)
+            decision = pipeline.rank(routing, candidates)
+    except Rejected as exc:
+        return RequestError(exc.status, str(exc), exc.code, exc.retry_after).response(
+            {"X-Request-Id": request_id})
     except RequestError as exc:
         return exc.response({"X-Request-Id": request_id})
 
     assert state.proxy is not None
-    outcome = await state.proxy.forward(request, path, parsed.body, plan.ranked, parsed.stream,
-                                        request_id, plan.reason, plan.worker_headers)
-    served = outcome.worker
-    if plan.chain and served is not None and served is not plan.ranked[0]:
-        state.residency.record(served.id, plan.chain)  # the failover worker is warm now
-    metrics = state.metrics
-    metrics.decisions.labels(state.policy.name,
-                             plan.reason if outcome.attempts <= 1 else "failover").inc()
+    outcome = await state.proxy.forward(
+        request, path, parsed.body, decision.ranked, parsed.stream, request_id,
+        decision.reason, lambda c: pipeline.attempt(routing, c, parsed.stream),
+        _predicted_headers(routing, decision.ranked) if state.config.router_headers else None)
+    pipeline.complete(outcome.attempts)
+
+    served, metrics = outcome.worker, state.metrics
+    reason = decision.reason if len(outcome.attempts) <= 1 else "failover"
+    metrics.decisions.labels(pipeline.policy.name, reason).inc()
     metrics.requests.labels(path, served.id if served else "none",
                             str(outcome.response.status)).inc()
     metrics.latency.labels(path).observe(time.perf_counter() - started)
@@ -100,65 +110,12 @@ def _parse(body: bytes) -> Parsed:
     return Parsed(body, payload, model, stream)
 
 
-def _candidates(state: RouterState, model: str | None) -> list[Worker]:
-    if model is not None and not state.pool.knows_model(model):
-        raise RequestError(404, f"model {model!r} is not served by any worker",
-                           "model_not_found")
-    candidates = state.pool.candidates(model)
-    if not candidates:
-        raise RequestError(503, "no healthy worker can take the request now",
-                           "no_worker_available", retry_after=1)
-    return candidates
-
-
-async def _plan(request: web.Request, state: RouterState, path: str, parsed: Parsed,
-                read_prompt: PromptReader, candidates: list[Worker]) -> Plan:
-    """Key the request, read residency once, rank; note what to record as warm."""
-    policy, ids = state.policy, [w.id for w in candidates]
-    matcher = state.precise if policy.uses_residency else None
-    try:
-        header = _header_key(request)
-        precise = None
-        if header is None and matcher is not None:
-            precise = await matcher.key(parsed.payload, parsed.model, path == CHAT_PATH,
-                                        candidates)
-        if header is not None:
-            key, source = header, "header"
-        elif precise is not None:
-            key, source = precise.key, "precise"
-        else:
-            cfg = state.config
-            key = keys.prompt_key(read_prompt(parsed.payload), parsed.model or "",
-                                  cfg.block_chars, cfg.max_blocks, cfg.key_blocks)
-            source = "prompt"
-    except keys.InvalidPrompt as exc:
-        raise RequestError(400, str(exc), "invalid_prompt") from None
-    state.metrics.decision_mode.labels(source).inc()
-    if not policy.uses_residency:
-        decision = policy.rank(key, candidates, {})
-        return Plan(decision.ranked, decision.reason)
-    if precise is not None and matcher is not None:  # exact residency from KV events
-        matches = matcher.match(key.chain, ids)
-    else:
-        matches = await state.residency.match(key.chain, ids)
-    decision = policy.rank(key, candidates, matches)
-    chosen = decision.ranked[0]
-    state.metrics.residency.labels("hit" if matches.get(chosen.id, 0) else "miss").inc()
-    if precise is not None and matcher is not None:
-        headers = (matcher.predicted_headers(precise, matches, decision.ranked)
-                   if state.config.router_headers else None)
-        return Plan(decision.ranked, decision.reason, worker_headers=headers)
-    state.residency.record(chosen.id, key.chain)
-    return Plan(decision.ranked, decision.reason, chain=key.chain)
-
-
-def _header_key(request: web.Request) -> keys.RoutingKey | None:
-    header = request.headers.get("X-Context-Hash")
-    if header is None:
+def _predicted_headers(routing: RoutingRequest, ranked: list[Candidate]
+                       ) -> dict[str, dict[str, str]] | None:
+    """Precise mode tells the client what the engine should find cached (exact residency)."""
+    if not routing.exact:
         return None
-    if not keys.valid_context_hash(header):
-        raise keys.InvalidPrompt("X-Context-Hash must be 8-64 hexadecimal characters")
-    return keys.explicit_key(header)
+    return {c.id: {PREDICTED_HEADER: str(int(c.cached_tokens))} for c in ranked}
 
 
 async def list_models(request: web.Request) -> web.Response:

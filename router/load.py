@@ -42,6 +42,7 @@ import aiohttp
 from aiohttp import web
 from redis.asyncio import Redis
 
+from router.engine_cost import observe_engine, parse_engine_gauges
 from router.redis_client import timed
 from router.state import ROUTER, RouterState
 from router.supervisor import SUPERVISOR
@@ -97,6 +98,7 @@ class LoadView:
     def __init__(self, state: RouterState) -> None:
         self._state = state
         self.others: dict[str, float] = {}
+        self.others_cost: dict[str, tuple[float, float]] = {}  # pending tokens, decoding
         self.others_at = 0.0
         self.engine: dict[str, tuple[float, float]] = {}  # worker -> (smoothed excess, when)
 
@@ -112,6 +114,13 @@ class LoadView:
                     and now - scraped[1] <= engine_max_age:
                 excess = scraped[0]
             worker.external_load = max(round(others), round(excess), 0)
+            shared = self.others_cost.get(worker.id, (0.0, 0.0)) if others_fresh else (0.0, 0.0)
+            cost = worker.cost
+            cost.shared_pending_tokens, cost.shared_decoding = shared
+            metrics = self._state.metrics
+            metrics.pending_prefill.labels(worker.id).set(cost.queued_tokens())
+            metrics.decode_load.labels(worker.id).set(cost.decode_load())
+            metrics.prefill_rate.labels(worker.id).set(cost.prefill.rate)
 
     def observe_engine(self, worker_id: str, excess: int) -> None:
         """Fold one scrape (engine's running+waiting minus ours) into the smoothed excess."""
@@ -159,6 +168,11 @@ class LoadSharer:
             self.sample()
         means = {w: f"{total / self._samples:.3f}" for w, total in self._sums.items()}
         self._sums, self._samples = {}, 0
+        for worker in self._state.pool:  # and the prefill/decode cost, as of now
+            cost = worker.cost
+            if cost.pending or cost.decoding:
+                means[worker.id] = (f"{means.get(worker.id, '0')},{cost.pending_tokens:.0f},"
+                                    f"{cost.decoding}")
         return means
 
     async def tick(self) -> None:
@@ -187,10 +201,16 @@ class LoadSharer:
             pipe.pexpire(self._replicas_key, int(max(60.0, 10 * ttl_s) * 1000))
             results = await pipe.execute()
         others: dict[str, float] = {}
+        costs: dict[str, tuple[float, float]] = {}
         for raw in results[: len(peers)]:
-            for worker_id, mean in raw.items():
+            for worker_id, value in raw.items():
                 wid = worker_id.decode()
+                mean, *cost = value.split(b",")
                 others[wid] = others.get(wid, 0.0) + float(mean)
+                if len(cost) == 2:
+                    tokens, decoding = costs.get(wid, (0.0, 0.0))
+                    costs[wid] = (tokens + float(cost[0]), decoding + float(cost[1]))
+        self._view.others_cost = costs
         live = results[-2]
         self._peers = [r.decode() for r in live if r.decode() != self.replica_id]
         self._view.others = others
@@ -249,6 +269,9 @@ class Scraper:
         value = parse_engine_load(text)
         if value is not None:
             self._view.observe_engine(worker.id, value - ours)
+        gauges = parse_engine_gauges(text)
+        if gauges is not None:
+            observe_engine(worker, gauges, self._state.pipeline.mean_uncached)
         capacity = parse_kv_capacity(text)
         if capacity is not None:
             self._state.apply_capacity(worker, *capacity)

@@ -13,8 +13,8 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
@@ -23,6 +23,8 @@ from multidict import CIMultiDict
 from router.config import RouterConfig
 from router.errors import error_response, sse_error_event
 from router.metrics import RouterMetrics
+from router.routing.accounting import Attempt
+from router.routing.candidate import Candidate
 from router.workers import Worker
 
 log = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class UpstreamFailure(Exception):
 class Outcome:
     response: web.StreamResponse
     worker: Worker | None
-    attempts: int
+    attempts: list[Attempt] = field(default_factory=list)
 
 
 class Proxy:
@@ -61,15 +63,18 @@ class Proxy:
                                               sock_read=config.idle_timeout_s)
 
     async def forward(self, request: web.Request, path: str, body: bytes,
-                      ranked: Sequence[Worker], stream: bool, request_id: str,
-                      reason: str,
+                      ranked: Sequence[Candidate], stream: bool, request_id: str,
+                      reason: str, begin: Callable[[Candidate], Attempt],
                       worker_headers: Mapping[str, Mapping[str, str]] | None = None
                       ) -> Outcome:
-        """Try the ranked workers in turn; ``worker_headers`` adds per-worker reply headers."""
+        """Try the ranked workers in turn, each as an Attempt from ``begin`` (the routing
+        pipeline's cost accounting); ``worker_headers`` adds per-worker reply headers."""
         headers = filtered_headers(request.headers, HOP_BY_HOP, {"X-Request-Id": request_id})
         failure = UpstreamFailure(503, "no worker could take the request", "none")
         tries = ranked[: self._config.retry_attempts]
-        for attempt, worker in enumerate(tries):
+        done: list[Attempt] = []
+        for attempt, candidate in enumerate(tries):
+            worker = candidate.worker
             if attempt:
                 self._metrics.retries.labels(failure.cause).inc()
                 await asyncio.sleep(self._config.retry_backoff_s * attempt * random.random())
@@ -79,10 +84,12 @@ class Proxy:
                 reply["X-Prefix-Router-Reason"] = reason if attempt == 0 else "failover"
             if worker_headers and worker.id in worker_headers:
                 reply.update(worker_headers[worker.id])
+            tried = begin(candidate)
+            done.append(tried)
             try:
-                response = await self._try(request, worker, path, body, headers, stream, reply,
+                response = await self._try(request, tried, path, body, headers, stream, reply,
                                            request_id)
-                return Outcome(response, worker, attempt + 1)
+                return Outcome(response, worker, done)
             except UpstreamFailure as exc:
                 log.warning("worker %s failed (%s): %s", worker.id, exc.cause, exc,
                             extra={"request_id": request_id, "worker": worker.id})
@@ -90,11 +97,12 @@ class Proxy:
         response = error_response(failure.status, str(failure), code=failure.cause,
                                   retry_after=1 if failure.status == 503 else None,
                                   headers={"X-Request-Id": request_id})
-        return Outcome(response, None, len(tries))
+        return Outcome(response, None, done)
 
-    async def _try(self, request: web.Request, worker: Worker, path: str, body: bytes,
+    async def _try(self, request: web.Request, tried: Attempt, path: str, body: bytes,
                    headers: CIMultiDict[str], stream: bool, reply_headers: dict[str, str],
                    request_id: str) -> web.StreamResponse:
+        worker = tried.worker
         worker.in_flight += 1
         worker.routed += 1
         worker.breaker.on_dispatch()
@@ -126,27 +134,32 @@ class Proxy:
                                       "upstream_unreachable") from None
             self._metrics.ttfb.labels(path).observe(time.perf_counter() - started)
             worker.breaker.on_success()
+            tried.first_byte()
+            tried.saw(first)
             reply = filtered_headers(upstream.headers, RESPONSE_SKIP, reply_headers)
             if not (stream and upstream.status == 200):
                 return web.Response(status=upstream.status, body=first, headers=reply)
-            return await self._relay(request, upstream, first, reply, worker, request_id)
+            return await self._relay(request, upstream, first, reply, tried, request_id)
         except UpstreamFailure:
             worker.breaker.on_failure()
             raise
         finally:
             if upstream is not None:
                 upstream.close()
+            tried.end()
             worker.in_flight -= 1
             gauge.set(worker.in_flight)
 
     async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                     first: bytes, headers: CIMultiDict[str], worker: Worker,
+                     first: bytes, headers: CIMultiDict[str], tried: Attempt,
                      request_id: str) -> web.StreamResponse:
+        worker = tried.worker
         response = web.StreamResponse(status=upstream.status, headers=headers)
         await response.prepare(request)
         await response.write(first)
         try:
             async for chunk in upstream.content.iter_any():
+                tried.saw(chunk)
                 await response.write(chunk)
             if not upstream.content.is_eof():
                 raise aiohttp.ClientPayloadError("stream ended early")

@@ -14,9 +14,11 @@ from router.breaker import CircuitBreaker
 from router.config import RouterConfig
 from router.health import HealthChecker
 from router.metrics import RouterMetrics
-from router.policies import Policy
+from router.prefill_model import PrefillModel
 from router.proxy import Proxy
 from router.residency.base import ResidencyStore
+from router.routing.pipeline import Pipeline
+from router.worker_cost import WorkerCost
 from router.workers import Worker, WorkerPool
 
 CHARS_PER_TOKEN = 4  # rough English average: engine token capacity -> prompt text bytes
@@ -29,7 +31,7 @@ if TYPE_CHECKING:  # precise mode's dependencies are optional: imported only whe
 class RouterState:
     config: RouterConfig
     pool: WorkerPool
-    policy: Policy
+    pipeline: Pipeline
     residency: ResidencyStore
     metrics: RouterMetrics
     session: aiohttp.ClientSession | None = None
@@ -54,7 +56,8 @@ class RouterState:
                    models: frozenset[str] = frozenset()) -> Worker:
         cfg = self.config
         return Worker(id=worker_id, url=url, models=models, source=source,
-                      breaker=CircuitBreaker(cfg.breaker_threshold, cfg.breaker_cooldown_s))
+                      breaker=CircuitBreaker(cfg.breaker_threshold, cfg.breaker_cooldown_s),
+                      cost=WorkerCost(prefill=PrefillModel(seed_rate=cfg.prefill_rate)))
 
 
 ROUTER = web.AppKey("router", RouterState)

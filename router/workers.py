@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from router.breaker import CircuitBreaker
+from router.worker_cost import WorkerCost
 
 
 @dataclass(eq=False, slots=True)
@@ -24,6 +25,7 @@ class Worker:
     capacity_blocks: int = 0  # engine KV capacity in engine blocks (0 = unknown)
     block_size: int = 16
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
+    cost: WorkerCost = field(default_factory=WorkerCost)  # prefill queued, decodes, rate
 
     @property
     def load(self) -> int:
@@ -49,6 +51,9 @@ class Worker:
             "external_load": self.external_load,
             "routed": self.routed,
             "capacity_blocks": self.capacity_blocks,
+            "pending_prefill_tokens": round(self.cost.queued_tokens()),
+            "decoding": round(self.cost.decode_load(), 2),
+            "prefill_tokens_per_s": round(self.cost.prefill.rate),
         }
 
 

@@ -17,15 +17,14 @@ from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
 
-from router.keys import InvalidPrompt, RoutingKey
 from router.precise.block_hash import block_hashes
 from router.precise.exact import ExactResidency, block_key
 from router.precise.feeds import KVEventFeeds
 from router.precise.tokenize import PromptTokenizer
+from router.routing.keys import InvalidPrompt, RoutingKey
 from router.workers import Worker
 
 log = logging.getLogger(__name__)
-PREDICTED_HEADER = "X-Prefix-Router-Predicted-Cached"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +32,6 @@ class PreciseKey:
     key: RoutingKey  # chain = 8-byte big-endian block keys, as vLLM's int hashes
     num_tokens: int
     block_size: int
-
-
-def predicted_cached(match_blocks: int, num_tokens: int, block_size: int) -> int:
-    """vLLM reuses whole cached blocks and always computes the prompt's last token."""
-    return min(match_blocks, max(0, num_tokens - 1) // block_size) * block_size
 
 
 class PreciseMatcher:
@@ -77,7 +71,7 @@ class PreciseMatcher:
             anchor = chain[min(len(chain), self.key_blocks) - 1].hex()
         else:  # shorter than a block: spread by the whole prompt
             anchor = blake2b(repr(ids).encode(), digest_size=8).hexdigest()
-        return PreciseKey(RoutingKey(key=anchor, chain=chain, explicit=False), len(ids),
+        return PreciseKey(RoutingKey(key=anchor, chain=chain), len(ids),
                           block_size)
 
     def _ids_and_chain(self, tokenizer: PromptTokenizer, body: Mapping[str, Any], chat: bool,
@@ -97,8 +91,3 @@ class PreciseMatcher:
             if hit:
                 out[worker_id] = hit
         return out
-
-    def predicted_headers(self, key: PreciseKey, matches: Mapping[str, int],
-                          workers: Sequence[Worker]) -> dict[str, dict[str, str]]:
-        return {w.id: {PREDICTED_HEADER: str(predicted_cached(
-            matches.get(w.id, 0), key.num_tokens, key.block_size))} for w in workers}

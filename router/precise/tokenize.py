@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from router.keys import InvalidPrompt
+from router.routing.keys import InvalidPrompt
 
 
 def _message_content(content: Any) -> Any:

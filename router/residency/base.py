@@ -21,6 +21,14 @@ class ResidencyStore(Protocol):
         """Cap a worker's tracked blocks so the picture mirrors the engine's LRU."""
         ...
 
+    def stamp(self, worker_id: str, block: bytes) -> int | None:
+        """An LRU position of ``block`` on the worker, to hand back to ``drop_older``."""
+        ...
+
+    def drop_older(self, worker_id: str, stamp: int) -> int:
+        """The engine evicted the block stamped ``stamp``: drop it and everything older."""
+        ...
+
     def forget(self, worker_id: str) -> None:
         """Drop a removed worker's blocks."""
         ...

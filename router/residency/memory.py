@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -15,13 +16,15 @@ class MemoryResidency:
     ``_heads`` maps each recorded chain's first block to the workers holding it, so a match
     probes only the workers that can match at all instead of every candidate (a 1,000-worker
     pool asked about a cold prompt costs one dict lookup). A block is a chain head because
-    its hash is seeded with the model (router.keys), so it never appears deeper in a chain.
+    its hash is seeded with the model (router.routing.keys), so it never appears deeper in a chain.
     """
 
     def __init__(self, default_capacity: int = 65536) -> None:
         self._default_capacity = default_capacity
         self._capacity: dict[str, int] = {}
-        self._blocks: dict[str, OrderedDict[bytes, None]] = {}
+        # block -> stamp of its last touch (as RedisResidency scores it: microseconds minus
+        # the block's index in its chain); the dict's order is the LRU order, oldest first
+        self._blocks: dict[str, OrderedDict[bytes, int]] = {}
         self._heads: dict[bytes, set[str]] = {}  # first block of a recorded chain -> holders
         self._pending: list[tuple[str, Sequence[bytes]]] = []
         self._flush_scheduled = False
@@ -60,19 +63,39 @@ class MemoryResidency:
         blocks = self._blocks.setdefault(worker_id, OrderedDict())
         # touch the chain from its end so the leading blocks are the most recently used:
         # an LRU then drops tails before heads, keeping the chain's prefix property
-        for block in reversed(chain):
-            blocks[block] = None
+        now_us = time.time_ns() // 1000
+        for index in range(len(chain) - 1, -1, -1):
+            block = chain[index]
+            blocks[block] = now_us - index
             blocks.move_to_end(block)
         self._heads.setdefault(chain[0], set()).add(worker_id)
         capacity = self._capacity.get(worker_id, self._default_capacity)
-        heads = self._heads
         while len(blocks) > capacity:
-            evicted, _ = blocks.popitem(last=False)
-            holders = heads.get(evicted)
-            if holders is not None:
-                holders.discard(worker_id)
-                if not holders:
-                    del heads[evicted]
+            self._evict_oldest(worker_id, blocks)
+
+    def _evict_oldest(self, worker_id: str, blocks: OrderedDict[bytes, int]) -> None:
+        evicted, _ = blocks.popitem(last=False)
+        holders = self._heads.get(evicted)
+        if holders is not None:
+            holders.discard(worker_id)
+            if not holders:
+                del self._heads[evicted]
+
+    def stamp(self, worker_id: str, block: bytes) -> int | None:
+        """When ``block`` was last touched on the worker (microseconds, minus its index)."""
+        blocks = self._blocks.get(worker_id)
+        return None if blocks is None else blocks.get(block)
+
+    def drop_older(self, worker_id: str, stamp: int) -> int:
+        """Drop the worker's blocks touched at or before ``stamp``: the engine evicted the
+        block with that stamp, and an LRU evicts older blocks first."""
+        self._flush()  # the served prompt's re-record must land first, it is newer
+        blocks = self._blocks.get(worker_id)
+        dropped = 0
+        while blocks and next(iter(blocks.values())) <= stamp:
+            self._evict_oldest(worker_id, blocks)
+            dropped += 1
+        return dropped
 
     def set_capacity(self, worker_id: str, blocks: int) -> None:
         self._capacity[worker_id] = max(1, blocks)

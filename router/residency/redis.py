@@ -139,6 +139,7 @@ class RedisResidency:
         self._batch_size = batch_size
         self._pending: deque[tuple[str, Sequence[bytes], int]] = deque(maxlen=max_pending)
         self._forgotten: set[str] = set()
+        self._evicted: dict[str, int] = {}  # worker -> drop members scored at or below
         self._cold: set[bytes] = set()  # chain heads that matched nowhere, awaiting a record
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -205,6 +206,16 @@ class RedisResidency:
         self._capacity[worker_id] = max(1, blocks)
         self.local.set_capacity(worker_id, blocks)
 
+    def stamp(self, worker_id: str, block: bytes) -> int | None:
+        return self.local.stamp(worker_id, block)
+
+    def drop_older(self, worker_id: str, stamp: int) -> int:
+        """Scores and local stamps are the same clock, so the shared set drops every member
+        last used before the evicted block, whichever replica recorded it."""
+        self._evicted[worker_id] = max(stamp, self._evicted.get(worker_id, stamp))
+        self._wake.set()
+        return self.local.drop_older(worker_id, stamp)
+
     def forget(self, worker_id: str) -> None:
         """A removed worker's cache is gone (or unknown): drop its shared set too."""
         self._capacity.pop(worker_id, None)
@@ -232,7 +243,8 @@ class RedisResidency:
                 async with asyncio.timeout(self._flush_interval_s):
                     await self._wake.wait()
             self._wake.clear()
-            if not (self._pending or self._forgotten) or not self.backoff.acquire():
+            if not (self._pending or self._forgotten or self._evicted) \
+                    or not self.backoff.acquire():
                 continue
             try:
                 await self.flush()
@@ -247,9 +259,12 @@ class RedisResidency:
         taken = list(self._pending)
         self._pending.clear()
         forgotten, self._forgotten = self._forgotten, set()
+        evicted, self._evicted = self._evicted, {}
         try:
-            await timed(self._metrics, "record", self._write(taken, forgotten))
+            await timed(self._metrics, "record", self._write(taken, forgotten, evicted))
         except BaseException:
+            for worker_id, stamp in evicted.items():
+                self._evicted[worker_id] = max(stamp, self._evicted.get(worker_id, stamp))
             room = (self._pending.maxlen or 0) - len(self._pending)
             self._pending.extendleft(reversed(taken[-room:] if room > 0 else []))
             self.dropped += len(taken) - max(0, room)
@@ -257,7 +272,7 @@ class RedisResidency:
             raise
 
     async def _write(self, records: list[tuple[str, Sequence[bytes], int]],
-                     forgotten: set[str]) -> None:
+                     forgotten: set[str], evicted: dict[str, int]) -> None:
         scores: dict[str, dict[bytes, int]] = defaultdict(dict)
         for worker_id, chain, now_us in records:
             if worker_id in forgotten:
@@ -270,6 +285,8 @@ class RedisResidency:
         async with self._redis.pipeline(transaction=False) as pipe:
             for worker_id in forgotten:
                 pipe.delete(self.key(worker_id))
+            for worker_id, stamp in evicted.items():  # before this batch's newer records
+                pipe.zremrangebyscore(self.key(worker_id), "-inf", stamp)
             for worker_id, members in scores.items():
                 key = self.key(worker_id)
                 capacity = self._capacity.get(worker_id, self._default_capacity)

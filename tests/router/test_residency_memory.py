@@ -8,9 +8,9 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.keys import prompt_key
 from router.residency.base import longest_prefix
 from router.residency.memory import MemoryResidency
+from router.routing.keys import prompt_key
 
 IDS = [f"w{i}" for i in range(5)]
 

@@ -1,4 +1,4 @@
-"""Consistent hashing with bounded loads, corrected by residency (DESIGN.md, "prefix_aware").
+"""The first rule, kept for comparison: bounded-load consistent hashing, corrected by residency.
 
 bound = ceil((1 + epsilon) * (total load + 1) / n)  (Mirrokni, Thorup, Zadimoghaddam).
 By default the key's ring owner takes the request, or the next ring node under the bound
@@ -16,22 +16,19 @@ is walked lazily.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from itertools import islice
 
-from router.keys import RoutingKey
-from router.policies.base import Decision
-from router.policies.ring import RingCache
-from router.workers import Worker
-
-
-def load_bound(total_load: int, n: int, epsilon: float) -> int:
-    return math.ceil((1 + epsilon) * (total_load + 1) / n)
+from router.routing.candidate import Candidate
+from router.routing.policies.base import Decision
+from router.routing.policies.bound import load_bound
+from router.routing.policies.ring import RingCache
+from router.routing.request import RoutingRequest
 
 
 class PrefixAware:
     name = "prefix_aware"
-    uses_residency = True
+    needs: tuple[str, ...] = ("residency",)
 
     def __init__(self, epsilon: float = 0.25, min_match: int = 1, warm_ratio: float = 0.5,
                  depth: int = 4) -> None:
@@ -41,8 +38,9 @@ class PrefixAware:
         self.depth = depth  # ranked-list length: the choice plus its failovers
         self._rings = RingCache()
 
-    def rank(self, key: RoutingKey, candidates: Sequence[Worker],
-             matches: Mapping[str, int]) -> Decision:
+    def rank(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Decision:
+        key = request.key
+        matches = {c.id: c.matched_blocks for c in candidates if c.matched_blocks}
         bound = load_bound(sum(w.load for w in candidates), len(candidates), self.epsilon)
         significant = max(self.min_match, math.ceil(self.warm_ratio * len(key.chain)))
         # what every candidate holds (a system prompt, a conversation opener) says nothing
@@ -50,7 +48,7 @@ class PrefixAware:
         common = min(matches.get(w.id, 0) for w in candidates) if len(candidates) > 1 else 0
         warm = [w for w in candidates if w.load + 1 <= bound
                 and matches.get(w.id, 0) >= significant and matches[w.id] > common]
-        seen: list[Worker] = []
+        seen: list[Candidate] = []
         if warm:
             longest = max(matches[w.id] for w in warm)
             tied = {w.id for w in warm if matches[w.id] == longest}

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from router.keys import RoutingKey
-from router.policies.base import Decision
-from router.workers import Worker
+from router.routing.candidate import Candidate
+from router.routing.policies.base import Decision
+from router.routing.request import RoutingRequest
 
 
 class RoundRobin:
     name = "round_robin"
-    uses_residency = False
+    needs: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self._next = 0
 
-    def rank(self, key: RoutingKey, candidates: Sequence[Worker],
-             matches: Mapping[str, int]) -> Decision:
+    def rank(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Decision:
         start = self._next % len(candidates)
         self._next += 1
         return Decision([*candidates[start:], *candidates[:start]], "round_robin")

@@ -31,7 +31,6 @@ class RoutingKey:
 
     key: str
     chain: tuple[bytes, ...]
-    explicit: bool  # True when the client named its context with X-Context-Hash
 
 
 def block_chain(data: bytes, block_size: int, max_blocks: int, seed: bytes) -> tuple[bytes, ...]:
@@ -109,11 +108,9 @@ def valid_context_hash(value: str) -> bool:
     return CONTEXT_HASH_RE.fullmatch(value) is not None
 
 
-def explicit_key(context_hash: str) -> RoutingKey:
-    """The client named its context: route and match residency on that name alone."""
-    normalised = context_hash.lower()
-    return RoutingKey(key=normalised, chain=(bytes.fromhex(normalised.zfill(16)[-16:]),),
-                      explicit=True)
+def check_context_hash(value: str) -> None:
+    if not valid_context_hash(value):
+        raise InvalidPrompt("X-Context-Hash must be 8-64 hexadecimal characters")
 
 
 def prompt_key(prompt: bytes, model: str, block_size: int, max_blocks: int,
@@ -125,4 +122,4 @@ def prompt_key(prompt: bytes, model: str, block_size: int, max_blocks: int,
         anchor = chain[min(len(chain), key_blocks) - 1]
     else:  # shorter than one block: nothing to share, spread by the whole text
         anchor = blake2b(prompt, digest_size=HASH_BYTES, key=seed).digest()
-    return RoutingKey(key=anchor.hex(), chain=chain, explicit=False)
+    return RoutingKey(key=anchor.hex(), chain=chain)

@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from router.keys import RoutingKey
-from router.policies.base import Decision
-from router.workers import Worker
+from router.routing.candidate import Candidate
+from router.routing.policies.base import Decision
+from router.routing.request import RoutingRequest
 
 
 class LeastLoaded:
     name = "least_loaded"
-    uses_residency = False
+    needs: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self._tiebreak = 0
 
-    def rank(self, key: RoutingKey, candidates: Sequence[Worker],
-             matches: Mapping[str, int]) -> Decision:
+    def rank(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Decision:
         # rotate before sorting so equal loads do not all land on the first worker
         self._tiebreak += 1
         start = self._tiebreak % len(candidates)

@@ -1,0 +1,32 @@
+"""A worker as one routing decision sees it: the signals write, the policy reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.workers import Worker
+
+
+@dataclass(slots=True, eq=False)
+class Candidate:
+    worker: Worker
+    matched_blocks: int = 0  # leading chain blocks resident on the worker
+    cached_tokens: float = 0.0  # predicted prompt tokens the engine will reuse
+    uncached_tokens: float = 0.0  # what this request adds to the worker's prefill queue
+    queued_tokens: float = 0.0  # prefill work ahead of it (every router's and the engine's)
+    decode_load: float = 0.0  # requests past their first byte, sharing every engine step
+    kv_usage: float = 0.0  # the engine's KV-cache usage, 0..1
+    ttft_s: float = 0.0  # predicted time to first token
+
+    @property
+    def id(self) -> str:
+        return self.worker.id
+
+    @property
+    def load(self) -> int:
+        """Requests in flight, what the bounded-load guard counts."""
+        return self.worker.load
+
+
+def candidates_of(workers: list[Worker]) -> list[Candidate]:
+    return [Candidate(w) for w in workers]

@@ -1,0 +1,142 @@
+"""The request path as one sequence of named steps.
+
+    key -> candidates -> signals -> rank -> forward -> complete
+
+The edge (router/handlers.py; bench/scale.py and the tests in process) calls the steps in
+that order and does ``forward`` itself, with an Attempt per try from ``attempt``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from router.metrics import RouterMetrics
+from router.residency.base import ResidencyStore
+from router.routing import keys
+from router.routing.accounting import Attempt
+from router.routing.candidate import Candidate
+from router.routing.errors import Rejected
+from router.routing.feedback import CacheFeedback, TokenRatio
+from router.routing.policies.base import Decision, Policy
+from router.routing.request import RoutingRequest
+from router.routing.signals import SignalContext, build_signals
+from router.workers import WorkerPool
+
+PromptReader = Callable[[dict[str, Any]], bytes]
+
+
+class PreciseKeyer(Protocol):
+    """Precise mode (router/precise): vLLM block hashes of the tokenized prompt."""
+
+    async def key(self, body: Mapping[str, Any], model: str | None, chat: bool,
+                  candidates: list[Any]) -> Any: ...
+
+    def match(self, chain: Any, worker_ids: Any) -> Mapping[str, int]: ...
+
+
+class Pipeline:
+    def __init__(self, pool: WorkerPool, policy: Policy, residency: ResidencyStore,
+                 metrics: RouterMetrics, *, block_chars: int, max_blocks: int,
+                 key_blocks: int, precise: PreciseKeyer | None = None,
+                 decode_penalty_s: float = 0.001) -> None:
+        self.pool = pool
+        self.policy = policy
+        self.residency = residency
+        self.metrics = metrics
+        self.block_chars = block_chars
+        self.max_blocks = max_blocks
+        self.key_blocks = key_blocks
+        self.ratio = TokenRatio()
+        self.mean_uncached = 2048.0  # uncached prompt tokens per dispatch (EWMA), to price
+        # an engine's queue that no router accounts for (router/engine_cost.py)
+        self._decode_penalty_s = decode_penalty_s
+        self.precise: PreciseKeyer | None = None
+        self.signals = build_signals(policy.needs, SignalContext(residency))
+        self.use_precise(precise)
+        self.feedback = CacheFeedback(residency, metrics, self.ratio)
+
+    def use_precise(self, precise: PreciseKeyer | None) -> None:
+        """Precise mode starts with the app (tokenizers, KV-event feeds), after the pipeline."""
+        self.precise = precise if "residency" in self.policy.needs else None
+        self.signals = build_signals(self.policy.needs, SignalContext(
+            self.residency, exact=self.precise, decode_penalty_s=self._decode_penalty_s))
+
+    # -- candidates ---------------------------------------------------------------
+    def candidates(self, model: str | None) -> list[Candidate]:
+        """Healthy, not draining, serving the model."""
+        if model is not None and not self.pool.knows_model(model):
+            raise Rejected(404, f"model {model!r} is not served by any worker",
+                           "model_not_found")
+        workers = self.pool.candidates(model)
+        if not workers:
+            raise Rejected(503, "no healthy worker can take the request now",
+                           "no_worker_available", retry_after=1)
+        return [Candidate(w) for w in workers]
+
+    # -- key -----------------------------------------------------------------------
+    async def key(self, payload: dict[str, Any], model: str | None, chat: bool,
+                  read_prompt: PromptReader, context_hash: str | None,
+                  candidates: list[Candidate]) -> RoutingRequest:
+        """The ring key: X-Context-Hash when sent, else the prompt's chain at ``key_blocks``.
+        Residency is always matched on the prompt's own chain, so a header that names
+        a whole retrieved set never hides the documents it shares with other sets."""
+        try:
+            if context_hash is not None:
+                keys.check_context_hash(context_hash)
+            request = None
+            if self.precise is not None:
+                exact = await self.precise.key(payload, model, chat,
+                                               [c.worker for c in candidates])
+                if exact is not None:
+                    request = RoutingRequest(exact.key, exact.num_tokens, exact.block_size,
+                                             model, source="precise", exact=True)
+            if request is None:
+                prompt = read_prompt(payload)
+                key = keys.prompt_key(prompt, model or "", self.block_chars, self.max_blocks,
+                                      self.key_blocks)
+                ratio = self.ratio.value
+                request = RoutingRequest(key, len(prompt) / ratio, self.block_chars / ratio,
+                                         model, prompt_bytes=len(prompt))
+        except keys.InvalidPrompt as exc:
+            raise Rejected(400, str(exc), "invalid_prompt") from None
+        if context_hash is not None:
+            request.key = keys.RoutingKey(context_hash.lower(), request.key.chain)
+            request.source = "header"
+        self.metrics.decision_mode.labels(request.source).inc()
+        return request
+
+    # -- signals, rank ---------------------------------------------------------------
+    async def annotate(self, request: RoutingRequest, candidates: list[Candidate]) -> None:
+        for signal in self.signals:
+            await signal.annotate(request, candidates)
+
+    def rank(self, request: RoutingRequest, candidates: list[Candidate]) -> Decision:
+        decision = self.policy.rank(request, candidates)
+        chosen = decision.ranked[0]
+        if "residency" in self.policy.needs:
+            self.metrics.residency.labels("hit" if chosen.matched_blocks else "miss").inc()
+        if decision.replicas:
+            self.metrics.context_replicas.observe(decision.replicas)
+        return decision
+
+    # -- forward (the edge) and complete ---------------------------------------------
+    def attempt(self, request: RoutingRequest, candidate: Candidate, stream: bool) -> Attempt:
+        """One try on one worker; the edge calls first_byte/saw/end on it."""
+        attempt = Attempt(request, candidate, stream, self._served)
+        self.mean_uncached += 0.02 * (candidate.uncached_tokens - self.mean_uncached)
+        if candidate.matched_blocks and not request.exact:
+            # the oldest block believed warm: if the engine misses it, all older is gone
+            attempt.stamp = self.residency.stamp(
+                candidate.id, request.key.chain[candidate.matched_blocks - 1])
+        return attempt
+
+    def _served(self, attempt: Attempt) -> None:
+        """First byte: the engine has computed the prompt, so it is resident there now."""
+        if not attempt.request.exact and attempt.request.key.chain:
+            self.residency.record(attempt.worker.id, attempt.request.key.chain)
+
+    def complete(self, attempts: list[Attempt]) -> None:
+        """After the last byte: learn from what the engines said about each try."""
+        for attempt in attempts:
+            self.feedback.observe(attempt)

@@ -1,0 +1,84 @@
+"""The default: the least predicted time to first token, sticky for a context's home.
+
+Each candidate arrives annotated with its predicted TTFT (signals/ttft.py): the prefill
+queued on it plus this request's uncached tokens, over its learned prefill rate. Taking
+the minimum alone (Dynamo's cost, Mooncake's Conductor) scatters cold contexts to
+whichever worker is idle that instant, and their later requests find them nowhere. So a
+context has a *home*: its live replicas (replicas.py), or its ring owner when it has
+none. The request stays home unless some worker is predicted faster by more than the
+slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
+- a worker that holds more of the prompt than home and is predicted faster wins, slack
+  or not (``warm``): it consolidates the context rather than scattering it;
+- otherwise, when home is too busy by more than the slack, the faster worker becomes one
+  more replica (``replicate``), and unused replicas decay.
+The bounded-load guard stays hard: no candidate over ceil((1+eps)(L+1)/n) + margin is
+chosen while another is under it.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Sequence
+
+from router.routing.candidate import Candidate
+from router.routing.policies.base import Decision
+from router.routing.policies.bound import under_bound
+from router.routing.policies.ring import RingCache
+from router.routing.replicas import ReplicaSets
+from router.routing.request import RoutingRequest
+
+
+def _ttft(c: Candidate) -> float:
+    return c.ttft_s
+
+
+class PredictedTTFT:
+    name = "predicted_ttft"
+    needs: tuple[str, ...] = ("residency", "load", "ttft")
+
+    def __init__(self, epsilon: float = 0.25, margin: int = 2, slack_s: float = 0.05,
+                 slack_ratio: float = 0.25, replicas: ReplicaSets | None = None,
+                 depth: int = 4) -> None:
+        self.epsilon = epsilon
+        self.margin = margin
+        self.slack_s = slack_s
+        self.slack_ratio = slack_ratio
+        self.replicas = replicas if replicas is not None else ReplicaSets()
+        self.depth = depth
+        self._rings = RingCache()
+
+    def rank(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Decision:
+        eligible = under_bound(candidates, self.epsilon, self.margin)
+        context = request.key.key
+        live = self.replicas.live(context)
+        home = [c for c in eligible if c.id in live]
+        reason = "warm"
+        if not home:
+            owner, reason = self._ring_owner(context, candidates, eligible)
+            home = [owner]
+        stay = min(home, key=_ttft)
+        choice = stay
+        # a worker holding more of the prompt consolidates the context: no slack needed
+        warmer = [c for c in eligible if c.matched_blocks > stay.matched_blocks]
+        if warmer and (closest := min(warmer, key=_ttft)).ttft_s < stay.ttft_s:
+            choice, reason = closest, "warm"
+        # a merely less busy one must beat the slack, or contexts would scatter
+        best = min(eligible, key=_ttft)
+        if best.ttft_s * (1 + self.slack_ratio) + self.slack_s < choice.ttft_s:
+            reason = "warm" if best.matched_blocks > stay.matched_blocks else "replicate"
+            choice = best
+        if choice is stay and reason == "warm" and stay.matched_blocks == 0:
+            reason = "home"  # a live replica whose residency this router has not seen
+        replicas = self.replicas.use(context, choice.id)
+        allowed = {c.id for c in eligible}
+        rest = heapq.nsmallest(self.depth - 1, (c for c in candidates if c is not choice),
+                               key=lambda c: (c.id not in allowed, c.ttft_s))
+        return Decision([choice, *rest], reason, replicas)
+
+    def _ring_owner(self, context: str, candidates: Sequence[Candidate],
+                    eligible: Sequence[Candidate]) -> tuple[Candidate, str]:
+        allowed = {c.id for c in eligible}
+        for position, c in enumerate(self._rings.walk(context, candidates)):
+            if c.id in allowed:
+                return c, "ring" if position == 0 else "spill"
+        return eligible[0], "spill"  # unreachable: eligible is a non-empty subset

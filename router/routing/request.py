@@ -1,0 +1,30 @@
+"""What routing knows about one request once it is keyed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from router.routing.keys import RoutingKey
+
+
+@dataclass(slots=True)
+class RoutingRequest:
+    """``key.key`` places the request on the ring; ``key.chain`` matches residency.
+
+    ``tokens_per_block`` converts matched chain blocks into prompt tokens: a text block's
+    bytes over the learned bytes per token, or the engine's block size in precise mode.
+    """
+
+    key: RoutingKey
+    prompt_tokens: float
+    tokens_per_block: float
+    model: str | None = None
+    prompt_bytes: int = 0  # canonical prompt length, to learn bytes per token
+    source: str = "prompt"  # header | prompt | precise
+    exact: bool = False  # residency read from the engines' KV events, never recorded
+
+    def cached_tokens(self, matched_blocks: int) -> float:
+        """The engine reuses whole blocks and always computes the prompt's last token."""
+        if matched_blocks <= 0:
+            return 0.0
+        return min(matched_blocks * self.tokens_per_block, max(0.0, self.prompt_tokens - 1))

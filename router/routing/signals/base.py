@@ -1,0 +1,32 @@
+"""The one interface every signal implements, and what signals are built from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from router.residency.base import ResidencyStore
+from router.routing.candidate import Candidate
+from router.routing.request import RoutingRequest
+
+
+class ExactMatcher(Protocol):
+    """Residency from the engines' own KV events (precise mode)."""
+
+    def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> Mapping[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SignalContext:
+    residency: ResidencyStore
+    exact: ExactMatcher | None = None
+    decode_penalty_s: float = 0.001  # added TTFT per request decoding on the worker
+
+
+class Signal(Protocol):
+    name: str
+
+    async def annotate(self, request: RoutingRequest, candidates: list[Candidate]) -> None:
+        """Write this signal's fields on every candidate."""
+        ...

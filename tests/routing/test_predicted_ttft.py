@@ -1,0 +1,143 @@
+"""predicted_ttft on candidates annotated by hand: the guard, stickiness, cost, replicas."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from router.prefill_model import PrefillModel
+from router.residency.memory import MemoryResidency
+from router.routing.candidate import Candidate
+from router.routing.keys import RoutingKey
+from router.routing.policies.bound import load_bound
+from router.routing.policies.predicted_ttft import PredictedTTFT
+from router.routing.replicas import ReplicaSets
+from router.routing.request import RoutingRequest
+from router.routing.signals.base import SignalContext
+from router.routing.signals.ttft import TTFTSignal
+from router.workers import Worker
+
+RATE = 20_000.0  # tokens/s of every worker's seed line
+
+
+def pool(n: int, loads: Sequence[int] | None = None) -> list[Worker]:
+    loads = loads or [0] * n
+    return [Worker(id=f"w{i}", url=f"http://w{i}", in_flight=loads[i], healthy=True)
+            for i in range(n)]
+
+
+def request(context: str, tokens: float = 4000.0) -> RoutingRequest:
+    return RoutingRequest(RoutingKey(context, (b"\x01" * 8,)), tokens, 64.0)
+
+
+def annotate(workers: Sequence[Worker], req: RoutingRequest, cached: dict[str, float],
+             queued: dict[str, float]) -> list[Candidate]:
+    """What the residency, load and ttft signals would write, set by hand."""
+    out = []
+    for w in workers:
+        c = Candidate(w, matched_blocks=int(cached.get(w.id, 0) // 64),
+                      cached_tokens=cached.get(w.id, 0.0), queued_tokens=queued.get(w.id, 0.0))
+        c.uncached_tokens = max(0.0, req.prompt_tokens - c.cached_tokens)
+        c.ttft_s = (c.queued_tokens + c.uncached_tokens) / RATE
+        out.append(c)
+    return out
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@settings(max_examples=300, deadline=None)
+@given(loads=st.lists(st.integers(0, 40), min_size=1, max_size=10),
+       queued=st.lists(st.floats(0, 1e6), min_size=10, max_size=10),
+       cached=st.lists(st.floats(0, 4000), min_size=10, max_size=10),
+       margin=st.sampled_from([0, 2, 5]), context=st.text(min_size=1, max_size=8))
+def test_never_over_the_bound_while_a_candidate_is_under_it(
+        loads: list[int], queued: list[float], cached: list[float], margin: int,
+        context: str) -> None:
+    workers = pool(len(loads), loads)
+    req = request(context)
+    candidates = annotate(workers, req, {w.id: cached[i] for i, w in enumerate(workers)},
+                          {w.id: queued[i] for i, w in enumerate(workers)})
+    decision = PredictedTTFT(margin=margin).rank(req, candidates)
+    bound = load_bound(sum(loads), len(loads), 0.25, margin)
+    assert any(c.load + 1 <= bound for c in candidates)
+    assert decision.ranked[0].load + 1 <= bound
+    assert len({c.id for c in decision.ranked}) == len(decision.ranked)
+
+
+def test_a_cold_key_stays_on_its_ring_owner_within_the_slack() -> None:
+    policy = PredictedTTFT(slack_s=0.05, slack_ratio=0.25)
+    workers = pool(4)
+    req = request("cold-context")
+    first = policy.rank(req, annotate(workers, req, {}, {}))
+    owner = first.ranked[0]
+    assert first.reason == "ring"
+    assert policy.rank(req, annotate(workers, req, {}, {})).reason == "home"  # now its home
+    # the owner has 1,000 tokens queued: 50 ms slower than an idle worker, within the slack
+    fresh = PredictedTTFT(slack_s=0.05, slack_ratio=0.25)
+    kept = fresh.rank(req, annotate(workers, req, {}, {owner.id: 1000}))
+    assert kept.ranked[0].id == owner.id and kept.reason == "ring"
+    # 10,000 tokens queued (0.5 s) is past the slack: a faster worker takes it
+    moved = PredictedTTFT(slack_s=0.05, slack_ratio=0.25).rank(
+        req, annotate(workers, req, {}, {owner.id: 10_000}))
+    assert moved.ranked[0].id != owner.id and moved.reason == "replicate"
+
+
+def test_a_warm_worker_outside_the_home_wins_when_it_is_faster() -> None:
+    policy = PredictedTTFT()
+    workers = pool(4)
+    req = request("ctx", tokens=8000)
+    owner = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
+    warm = next(w.id for w in workers if w.id != owner)
+    decision = PredictedTTFT().rank(req, annotate(workers, req, {warm: 7900}, {}))
+    assert decision.ranked[0].id == warm and decision.reason == "warm"
+
+
+async def test_predicted_ttft_grows_with_uncached_tokens_and_with_pending_prefill() -> None:
+    signal = TTFTSignal(SignalContext(MemoryResidency(), decode_penalty_s=0.001))
+    worker = Worker(id="w0", url="http://w0", healthy=True)
+    worker.cost.prefill = PrefillModel(seed_rate=RATE, seed_base_s=0.02)
+
+    async def ttft(tokens: float, cached: float, queued: float, decoding: int = 0) -> float:
+        worker.cost.decoding = decoding
+        c = Candidate(worker, cached_tokens=cached, queued_tokens=queued,
+                      decode_load=worker.cost.decode_load())
+        await signal.annotate(request("x", tokens), [c])
+        return c.ttft_s
+
+    base = await ttft(4000, 0, 0)
+    assert await ttft(8000, 0, 0) > base  # more uncached tokens
+    assert await ttft(4000, 2000, 0) < base  # fewer, thanks to the cache
+    assert await ttft(4000, 0, 10_000) > base  # a queue ahead
+    assert await ttft(4000, 0, 0, decoding=20) > base  # decodes share the steps
+    assert abs(base - (0.02 + 4000 / RATE)) < 1e-9
+
+
+def test_a_hot_context_gains_a_replica_and_later_loses_it() -> None:
+    clock = Clock()
+    replicas = ReplicaSets(idle_s=30.0, clock=clock)
+    policy = PredictedTTFT(replicas=replicas)
+    workers = pool(4)
+    req = request("hot-doc")
+    home = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
+    assert set(replicas.live("hot-doc")) == {home}
+    # the home holds the document but its queue is 2 s deep: one more replica
+    hot = policy.rank(req, annotate(workers, req, {home: 3900}, {home: 40_000}))
+    second = hot.ranked[0].id
+    assert second != home and hot.reason == "replicate" and hot.replicas == 2
+    assert set(replicas.live("hot-doc")) == {home, second}
+    # while both are used, requests go to whichever replica is faster
+    clock.now = 20.0
+    back = policy.rank(req, annotate(workers, req, {home: 3900, second: 3900}, {second: 5000}))
+    assert back.ranked[0].id == home
+    # the second replica goes unused for longer than idle_s: it stops counting
+    clock.now = 45.0
+    policy.rank(req, annotate(workers, req, {home: 3900}, {}))
+    assert set(replicas.live("hot-doc")) == {home}
