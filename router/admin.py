@@ -57,11 +57,8 @@ async def remove_worker(request: web.Request) -> web.Response:
     if (denied := _authorised(request)) is not None:
         return denied
     state = request.app[ROUTER]
-    worker = state.pool.remove(request.match_info["worker_id"])
-    if worker is None:
+    if state.pool.remove(request.match_info["worker_id"]) is None:  # hooks: router/pool_hooks.py
         return error_response(404, "no such worker", "worker_not_found")
-    state.residency.forget(worker.id)
-    state.metrics.forget_worker(worker.id)
     return web.Response(status=204)
 
 

@@ -24,7 +24,7 @@ from aiohttp import web
 from redis.asyncio import Redis
 
 from router import registry
-from router.precise_ctx import on_registry_record, on_worker_gone
+from router.precise_ctx import record_feed_params
 from router.redis_client import timed
 from router.registry import WorkerRecord
 from router.state import ROUTER, RouterState
@@ -75,9 +75,6 @@ class Discovery:
             self._expiry[record.id] = expiry
             try:  # one worker's odd record or failing first check must not stall the rest
                 await self._upsert(record)
-                if (worker := self._state.pool.get(record.id)) is not None \
-                        and worker.source == "registry":
-                    on_registry_record(self._state, record)
             except Exception:
                 log.exception("registry record of worker %s not applied", record.id)
         self._expire()
@@ -89,11 +86,13 @@ class Discovery:
         if existing is not None and existing.source != "registry":
             return  # a statically configured or admin-added worker of that id wins
         url = record.url.rstrip("/")
-        if existing is None or existing.url != url:
-            if existing is not None:  # same id, new address: a restarted engine, cold cache
-                state.residency.forget(record.id)
+        feed = record_feed_params(record) if state.precise is not None else None
+        if existing is None or existing.url != url or existing.kv_events != feed:
+            # new, or a restarted engine (new address or feed): pool.add replaces the old
+            # one through the pool's hooks, so its cold cache starts from nothing
             worker = state.new_worker(record.id, url, "registry", frozenset(record.models))
             worker.draining = record.draining
+            worker.kv_events = feed
             self._apply_capacity(worker, record)
             pool.add(worker)
             self._draining[record.id] = record.draining
@@ -122,10 +121,7 @@ class Discovery:
             worker = self._state.pool.get(worker_id)
             if worker is None or worker.source != "registry":
                 continue
-            self._state.pool.remove(worker_id)
-            self._state.residency.forget(worker_id)
-            on_worker_gone(self._state, worker_id)
-            self._state.metrics.forget_worker(worker_id)
+            self._state.pool.remove(worker_id)  # hooks: router/pool_hooks.py
             log.info("worker %s left: its registry heartbeat lapsed", worker_id)
 
 

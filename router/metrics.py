@@ -10,7 +10,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 
 class RouterMetrics:
-    """Names follow DESIGN.md's observability list, prefixed ``prefix_router_``."""
+    """Every name is prefixed ``prefix_router_``; the README's Metrics section lists them."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
@@ -44,6 +44,9 @@ class RouterMetrics:
                                        "latency by operation", ["op"],
                                        buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
                                                 0.1), registry=r)
+        self.residency_dropped_records = Counter(
+            "prefix_router_residency_dropped_records", "Residency records lost to a full "
+            "write queue while Redis was away (RedisResidency)", registry=r)
         self.background_errors = Counter("prefix_router_background_errors", "Exceptions that "
                                          "ended a background task (restarted with backoff), "
                                          "by task", ["task"], registry=r)

@@ -1,5 +1,9 @@
 """Wiring of precise mode into the app: tokenizers, the exact residency, KV-event feeds.
 
+Feeds follow the pool through its hooks (router/pool_hooks.py): a worker added with
+``kv_events`` is subscribed, a removed one is unsubscribed; static workers' feeds
+(``--kv-events``) are subscribed here at start-up, as precise mode starts after the pool.
+
 Kept out of router/precise/ so that package stays free of aiohttp app concerns, and out of
 app.py so the router imports ZMQ and transformers only when ``--tokenizers`` is set.
 """
@@ -13,7 +17,7 @@ from aiohttp import web
 
 from router.config import RouterConfig
 from router.registry import WorkerRecord
-from router.state import ROUTER, RouterState
+from router.state import ROUTER
 from router.supervisor import SUPERVISOR
 
 if TYPE_CHECKING:
@@ -42,20 +46,6 @@ def record_feed_params(record: WorkerRecord) -> FeedParams | None:
                       str(record.extra.get("hash_seed", "0")))
 
 
-def on_registry_record(state: RouterState, record: WorkerRecord) -> None:
-    """Discovery saw a worker: subscribe to its KV events if it publishes them."""
-    if state.precise is None:
-        return
-    params = record_feed_params(record)
-    if params is not None:
-        state.precise.feeds.ensure(record.id, params)
-
-
-def on_worker_gone(state: RouterState, worker_id: str) -> None:
-    if state.precise is not None:
-        state.precise.feeds.drop(worker_id)
-
-
 async def precise_ctx(app: web.Application) -> AsyncIterator[None]:
     """Load tokenizers and subscribe to static workers when precise mode is configured."""
     state = app[ROUTER]
@@ -74,7 +64,10 @@ async def precise_ctx(app: web.Application) -> AsyncIterator[None]:
                                    config.max_blocks, config.key_blocks)
     state.pipeline.use_precise(state.precise)
     for worker_id, endpoints in config.kv_events:
-        feeds.ensure(worker_id, static_feed_params(config, endpoints))
+        params = static_feed_params(config, endpoints)
+        if (worker := state.pool.get(worker_id)) is not None:
+            worker.kv_events = params
+        feeds.ensure(worker_id, params)
     collector = PreciseCollector(feeds)
     state.metrics.registry.register(collector)
     yield

@@ -14,6 +14,7 @@ from router.breaker import CircuitBreaker
 from router.config import RouterConfig
 from router.health import HealthChecker
 from router.metrics import RouterMetrics
+from router.pool_hooks import install as install_pool_hooks
 from router.prefill_model import PrefillModel
 from router.proxy import Proxy
 from router.residency.base import ResidencyStore
@@ -40,6 +41,9 @@ class RouterState:
     redis: Redis | None = None  # shared client when ``config.redis_url`` is set
     precise: PreciseMatcher | None = None  # set when --tokenizers names any model
     replica_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this router replica
+
+    def __post_init__(self) -> None:
+        install_pool_hooks(self)  # a worker leaving the pool leaves everything else too
 
     def apply_capacity(self, worker: Worker, capacity_blocks: int, block_size: int) -> None:
         """Cap the worker's residency at its engine's KV capacity, so the router's picture

@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from router.breaker import CircuitBreaker
 from router.worker_cost import WorkerCost
+
+if TYPE_CHECKING:  # precise mode is optional: its types only, no ZMQ import
+    from router.precise.feeds import FeedParams
+
+log = logging.getLogger(__name__)
+
+Hook = Callable[["Worker"], None]
 
 
 @dataclass(eq=False, slots=True)
@@ -26,6 +35,7 @@ class Worker:
     block_size: int = 16
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     cost: WorkerCost = field(default_factory=WorkerCost)  # prefill queued, decodes, rate
+    kv_events: FeedParams | None = None  # the KV-event feed it publishes (precise mode)
 
     @property
     def load(self) -> int:
@@ -58,11 +68,16 @@ class Worker:
 
 
 class WorkerPool:
-    """Workers by id; membership changes bump ``version`` so policies can cache their rings."""
+    """Workers by id, and the one way in and out of the pool.
+
+    Whatever keeps per-worker state outside the pool (residency, metrics, KV-event feeds,
+    hot-prefix replicas) registers hooks here rather than being called by each path that
+    adds or removes a worker (admin API, discovery, start-up): router/pool_hooks.py."""
 
     def __init__(self) -> None:
         self._workers: dict[str, Worker] = {}
-        self.version = 0
+        self.on_added: list[Hook] = []
+        self.on_removed: list[Hook] = []
 
     def __iter__(self) -> Iterator[Worker]:
         return iter(list(self._workers.values()))
@@ -74,17 +89,22 @@ class WorkerPool:
         return self._workers.get(worker_id)
 
     def add(self, worker: Worker) -> Worker:
+        """Add a worker; the one already there if it is the same engine (same id, address
+        and KV-event feed). One of the same id at another address or feed is a restarted
+        engine with a cold cache: it is removed first, with its hooks."""
         existing = self._workers.get(worker.id)
-        if existing is not None and existing.url == worker.url:
-            return existing
+        if existing is not None:
+            if existing.url == worker.url and existing.kv_events == worker.kv_events:
+                return existing
+            self.remove(existing.id)
         self._workers[worker.id] = worker
-        self.version += 1
+        _run(self.on_added, worker)
         return worker
 
     def remove(self, worker_id: str) -> Worker | None:
         worker = self._workers.pop(worker_id, None)
         if worker is not None:
-            self.version += 1
+            _run(self.on_removed, worker)
         return worker
 
     def candidates(self, model: str | None) -> list[Worker]:
@@ -96,5 +116,16 @@ class WorkerPool:
     def models(self) -> list[str]:
         return sorted({m for w in self._workers.values() for m in w.models})
 
-    def any_healthy(self) -> bool:
-        return any(w.healthy and not w.draining for w in self._workers.values())
+    def healthy_count(self) -> int:
+        """Workers that pass health checks and are not draining (what readiness reports)."""
+        return sum(1 for w in self._workers.values() if w.healthy and not w.draining)
+
+
+def _run(hooks: list[Hook], worker: Worker) -> None:
+    """Every hook runs: one that raises is logged, and must not leave the others' state
+    (a removed worker's feed, its residency) behind."""
+    for hook in hooks:
+        try:
+            hook(worker)
+        except Exception:
+            log.exception("pool hook %r failed for worker %s", hook, worker.id)

@@ -13,7 +13,7 @@ them with either kind of worker.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Protocol
 
 BlockHash = int | bytes
@@ -90,9 +90,6 @@ class ExactResidency:
             if block_key(block_hash) not in counts:
                 return index
         return len(chain)
-
-    def workers(self) -> Iterable[str]:
-        return tuple(self._blocks)
 
     def __len__(self) -> int:
         return sum(len(counts) for counts in self._blocks.values())

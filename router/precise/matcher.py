@@ -3,9 +3,9 @@
 A request is routed precisely when its model has a local tokenizer and every candidate
 worker has a KV-event feed with the same block size and hash seed (hashes computed with
 different parameters can't be compared); otherwise ``key`` returns None and the router
-uses the approximate text chain. The routing key is built like the text one (the chain
-link at block min(n, key_blocks)), so prefix_aware's ring and warm-ratio logic apply
-unchanged, only with exact matches.
+uses the approximate text chain. The routing key is anchored like the text one
+(router/routing/keys.py ``anchor``: the chain link at block min(n, key_blocks)), so the
+policies' ring and warm-ratio logic apply unchanged, only with exact matches.
 """
 
 from __future__ import annotations
@@ -14,14 +14,13 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from hashlib import blake2b
 from typing import Any
 
 from router.precise.block_hash import block_hashes
 from router.precise.exact import ExactResidency, block_key
 from router.precise.feeds import KVEventFeeds
 from router.precise.tokenize import PromptTokenizer
-from router.routing.keys import InvalidPrompt, RoutingKey
+from router.routing.keys import InvalidPrompt, RoutingKey, anchor
 from router.workers import Worker
 
 log = logging.getLogger(__name__)
@@ -67,12 +66,8 @@ class PreciseMatcher:
         except Exception as exc:  # noqa: BLE001 - a template error: route approximately
             log.warning("precise tokenization failed, routing on text: %r", exc)
             return None
-        if chain:
-            anchor = chain[min(len(chain), self.key_blocks) - 1].hex()
-        else:  # shorter than a block: spread by the whole prompt
-            anchor = blake2b(repr(ids).encode(), digest_size=8).hexdigest()
-        return PreciseKey(RoutingKey(key=anchor, chain=chain), len(ids),
-                          block_size)
+        key = anchor(chain, self.key_blocks, lambda: repr(ids).encode())
+        return PreciseKey(RoutingKey(key=key, chain=chain), len(ids), block_size)
 
     def _ids_and_chain(self, tokenizer: PromptTokenizer, body: Mapping[str, Any], chat: bool,
                        block_size: int, seed: str) -> tuple[list[int], tuple[bytes, ...]]:

@@ -146,7 +146,6 @@ class RedisResidency:
         self._script = client.register_script(MATCH_LUA)
         self.local = MemoryResidency(default_capacity)
         self.backoff = Backoff()
-        self.dropped = 0  # records lost to a full queue while Redis was away
 
     def key(self, worker_id: str) -> str:
         return f"{self._prefix}res:{worker_id}"
@@ -192,8 +191,8 @@ class RedisResidency:
         if not chain:
             return
         self.local.record(worker_id, chain)
-        if len(self._pending) == self._pending.maxlen:
-            self.dropped += 1
+        if len(self._pending) == self._pending.maxlen:  # full while Redis is away
+            self._metrics.residency_dropped_records.inc()
         self._pending.append((worker_id, chain, time.time_ns() // 1000))
         # a first placement (no worker held this context) is written at once, not within
         # the batch period: another replica routing the same context in those ~50 ms would
@@ -267,7 +266,8 @@ class RedisResidency:
                 self._evicted[worker_id] = max(stamp, self._evicted.get(worker_id, stamp))
             room = (self._pending.maxlen or 0) - len(self._pending)
             self._pending.extendleft(reversed(taken[-room:] if room > 0 else []))
-            self.dropped += len(taken) - max(0, room)
+            if (lost := len(taken) - max(0, room)) > 0:
+                self._metrics.residency_dropped_records.inc(lost)
             self._forgotten |= forgotten - {w for w, _, _ in self._pending}
             raise
 

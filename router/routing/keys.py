@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from hashlib import blake2b
 from typing import Any
@@ -113,13 +113,20 @@ def check_context_hash(value: str) -> None:
         raise InvalidPrompt("X-Context-Hash must be 8-64 hexadecimal characters")
 
 
+def anchor(chain: Sequence[bytes], key_blocks: int, whole: Callable[[], bytes],
+           seed: bytes = b"") -> str:
+    """The ring key of a chain (text or precise): its link at block min(n, key_blocks), so
+    prompts sharing their first ``key_blocks`` blocks share a home. A prompt shorter than
+    one block has nothing to share and is spread by a hash of all of it: ``whole()``, only
+    called then (turning a long token list into bytes is not free)."""
+    if chain:
+        return chain[min(len(chain), key_blocks) - 1].hex()
+    return blake2b(whole(), digest_size=HASH_BYTES, key=seed).hexdigest()
+
+
 def prompt_key(prompt: bytes, model: str, block_size: int, max_blocks: int,
                key_blocks: int) -> RoutingKey:
     """Key from the prompt itself: the chain link at block min(n, key_blocks)."""
     seed = blake2b(model.encode(), digest_size=HASH_BYTES).digest()
     chain = block_chain(prompt, block_size, max_blocks, seed)
-    if chain:
-        anchor = chain[min(len(chain), key_blocks) - 1]
-    else:  # shorter than one block: nothing to share, spread by the whole text
-        anchor = blake2b(prompt, digest_size=HASH_BYTES, key=seed).digest()
-    return RoutingKey(key=anchor.hex(), chain=chain)
+    return RoutingKey(key=anchor(chain, key_blocks, lambda: prompt, seed), chain=chain)

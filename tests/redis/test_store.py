@@ -6,9 +6,13 @@ import asyncio
 import time
 from hashlib import blake2b
 
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from router.metrics import RouterMetrics
 from router.redis_client import make_client
 from router.residency.redis import RedisResidency
+from tests.support import free_port
 
 
 def chain(name: str, n: int) -> tuple[bytes, ...]:
@@ -122,4 +126,15 @@ async def test_slow_redis_answers_locally_without_dropping_connections(redis_ser
     await asyncio.sleep(0.5)
     assert await s.match(c, ["w1"]) == {"w1": 6}
     assert errors(s, "match") == 0  # the late reply landed; nothing was cut mid-read
+    await s._redis.aclose()
+
+
+async def test_records_lost_to_a_full_queue_are_counted() -> None:
+    s = store(f"redis://127.0.0.1:{free_port()}", max_pending=4)  # nothing listens there
+    for i in range(6):
+        s.record("w", chain(f"c{i}", 3))  # the first two fall off the full queue
+    with pytest.raises(RedisConnectionError):
+        await s.flush()  # Redis is away: the four go back to the queue, none lost
+    assert len(s._pending) == 4
+    assert b"prefix_router_residency_dropped_records_total 2.0" in s._metrics.render()
     await s._redis.aclose()

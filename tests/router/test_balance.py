@@ -1,4 +1,5 @@
-"""Warm affinity, spill under the bound, and balance over real HTTP (DESIGN.md prefix_aware)."""
+"""Warm affinity, spill under the bound, and balance over real HTTP (prefix_aware:
+router/routing/policies/prefix_aware.py)."""
 
 from __future__ import annotations
 

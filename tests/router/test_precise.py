@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from router.app import build_app
@@ -20,7 +21,9 @@ from router.config import RouterConfig
 from router.precise.block_hash import block_hashes
 from router.precise.exact import block_key
 from router.precise.tokenize import PromptTokenizer
+from router.routing import keys
 from router.state import ROUTER
+from router.supervisor import SUPERVISOR
 from tests.engine.vllm_publisher import FakePublisher, stored
 from tests.router.conftest import MODEL, Upstream, start_upstreams
 from tests.support import REPO, free_port, stop
@@ -168,6 +171,90 @@ def test_precise_settings_parse_from_flags_env_and_yaml(tmp_path: Path) -> None:
         load_config({"tokenizers": "no-directory"}, env={})
 
 
+ADMIN = {"Authorization": "Bearer s3cret"}
+TEXT_BODY = {"model": MODEL, "prompt": DOC, "max_tokens": 1}
+
+
+def text_context(config: RouterConfig) -> keys.RoutingKey:
+    """The text-mode routing key of TEXT_BODY: its ring context and residency chain."""
+    return keys.prompt_key(TEXT_BODY["prompt"].encode(), MODEL, config.block_chars,
+                           config.max_blocks, config.key_blocks)
+
+
+async def assert_known(app: web.Application, worker_id: str, key: keys.RoutingKey) -> None:
+    """What a worker would leave behind, all of it present (so that its absence later
+    means something)."""
+    state = app[ROUTER]
+    assert state.precise.feeds.params(worker_id) is not None
+    assert f"kv-events:{worker_id}" in app[SUPERVISOR].names()
+    assert state.precise.residency.count(worker_id) > 0
+    assert (await state.residency.match(key.chain, [worker_id])).get(worker_id)
+    assert worker_id in state.pipeline.policy.replicas.live(key.key)
+
+
+async def assert_forgotten(app: web.Application, worker_id: str, key: keys.RoutingKey,
+                           pub: FakePublisher) -> None:
+    """Everything the pool hooks own: the KV-event feed (stopped: what the worker publishes
+    now lands nowhere), exact and text residency, hot-prefix replicas."""
+    state = app[ROUTER]
+    assert state.precise.feeds.params(worker_id) is None
+    assert state.precise.feeds.subscriber(worker_id) is None
+    assert f"kv-events:{worker_id}" not in app[SUPERVISOR].names()
+    assert worker_id not in state.pipeline.policy.replicas.live(key.key)
+    await pub.publish([stored([11, 12, 13], block_size=BLOCK)])
+    await asyncio.sleep(0.5)  # also lets a Redis residency store flush the forget
+    assert state.precise.residency.count(worker_id) == 0
+    assert await state.residency.match(key.chain, [worker_id]) == {}
+
+
+@pytest.fixture
+async def admin_feeds(tokenizer_dir: Path, upstreams: list[Upstream]
+                      ) -> AsyncIterator[tuple[TestClient, dict[str, FakePublisher]]]:
+    """Static workers with KV-event feeds, the admin API on; MODEL has no tokenizer, so its
+    requests route on text and leave text residency and replicas behind as well."""
+    ports = {u.name: (free_port(), free_port()) for u in upstreams}
+    pubs = {name: FakePublisher(f"tcp://127.0.0.1:{p}", f"tcp://127.0.0.1:{r}", topic="kv-events")
+            for name, (p, r) in ports.items()}
+    config = RouterConfig(
+        workers=tuple((u.name, u.url) for u in upstreams), admin_token="s3cret",
+        tokenizers=(("another-model", str(tokenizer_dir)),), precise_block_size=BLOCK,
+        kv_events=tuple((n, f"tcp://127.0.0.1:{p}|tcp://127.0.0.1:{r}")
+                        for n, (p, r) in ports.items()),
+        health_interval_s=0.2)
+    for pub in pubs.values():
+        await pub.__aenter__()
+    client = TestClient(TestServer(build_app(config)))
+    await client.start_server()
+    try:
+        yield client, pubs
+    finally:
+        await client.close()
+        for pub in pubs.values():
+            await pub.__aexit__(None, None, None)
+
+
+async def test_admin_removal_stops_the_feed_and_forgets_the_worker(
+        admin_feeds: tuple[TestClient, dict[str, FakePublisher]]) -> None:
+    client, pubs = admin_feeds
+    state = client.server.app[ROUTER]
+    await state.precise.feeds.wait_subscribed()
+    await publish_until(pubs["w1"], [stored([1, 2, 3], block_size=BLOCK)],
+                        lambda: state.precise.residency.count("w1") == 3)
+    assert (await client.post("/admin/workers/w0/drain", headers=ADMIN)).status == 200
+    resp = await client.post("/v1/completions", json=TEXT_BODY)
+    assert resp.status == 200 and resp.headers["X-Prefix-Router-Worker"] == "w1"
+    key = text_context(state.config)
+    await eventually(lambda: state.residency.stamp("w1", key.chain[0]) is not None)
+    await assert_known(client.server.app, "w1", key)
+
+    assert (await client.delete("/admin/workers/w1", headers=ADMIN)).status == 204
+    assert state.pool.get("w1") is None
+    await assert_forgotten(client.server.app, "w1", key, pubs["w1"])
+    metrics = await (await client.get("/metrics")).text()
+    assert 'prefix_router_precise_resident_blocks{worker="w1"}' not in metrics
+    assert state.precise.feeds.params("w0") is not None  # the other worker's feed stays
+
+
 async def test_registry_workers_get_a_feed_with_their_own_hash_parameters(
         redis_server, tokenizer_dir: Path) -> None:  # type: ignore[no-untyped-def]
     from router import registry
@@ -192,5 +279,46 @@ async def test_registry_workers_get_a_feed_with_their_own_hash_parameters(
                 "tcp://10.0.0.7:5557", "tcp://10.0.0.7:5558", "kv-events", 32, "7")
             await eventually(lambda: state.pool.get("r1") is None, within_s=10)
             assert state.precise.feeds.params("r1") is None  # heartbeat lapsed: unsubscribed
+    finally:
+        await redis.aclose()
+
+
+async def test_discovery_removal_goes_through_the_same_hooks(
+        redis_server, tokenizer_dir: Path,  # type: ignore[no-untyped-def]
+        upstreams: list[Upstream]) -> None:
+    """A registry worker whose heartbeat lapses leaves like an admin-removed one: feed
+    stopped, exact, shared (Redis) and local residency forgotten, replicas dropped."""
+    from router import registry
+    from router.redis_client import make_client
+    from router.registry import WorkerRecord
+
+    events, replay = free_port(), free_port()
+    config = RouterConfig(redis_url=redis_server.url, discover=True, registry_poll_s=0.1,
+                          tokenizers=(("another-model", str(tokenizer_dir)),),
+                          health_interval_s=0.2)
+    record = WorkerRecord(id="r1", url=upstreams[1].url, models=(MODEL,), block_size=BLOCK,
+                          kv_events_endpoint=f"tcp://127.0.0.1:{events}",
+                          extra={"kv_events_replay_endpoint": f"tcp://127.0.0.1:{replay}",
+                                 "kv_events_topic": "kv-events", "hash_seed": "0"})
+    redis = make_client(redis_server.url)
+    pub = FakePublisher(f"tcp://127.0.0.1:{events}", f"tcp://127.0.0.1:{replay}",
+                        topic="kv-events")
+    try:
+        async with pub, TestClient(TestServer(build_app(config))) as client:
+            state = client.server.app[ROUTER]
+            await registry.publish(redis, record, ttl_s=30.0)
+            await eventually(lambda: (w := state.pool.get("r1")) is not None and w.healthy)
+            await state.precise.feeds.wait_subscribed()
+            await publish_until(pub, [stored([1, 2, 3], block_size=BLOCK)],
+                                lambda: state.precise.residency.count("r1") == 3)
+            resp = await client.post("/v1/completions", json=TEXT_BODY)
+            assert resp.status == 200 and resp.headers["X-Prefix-Router-Worker"] == "r1"
+            key = text_context(config)
+            await eventually(lambda: state.residency.stamp("r1", key.chain[0]) is not None)
+            await assert_known(client.server.app, "r1", key)
+
+            await registry.publish(redis, record, ttl_s=0.3)  # the last heartbeat
+            await eventually(lambda: state.pool.get("r1") is None, within_s=10)
+            await assert_forgotten(client.server.app, "r1", key, pub)
     finally:
         await redis.aclose()
