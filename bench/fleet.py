@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from router.state import CHARS_PER_TOKEN
+from router.routing.feedback import BYTES_PER_TOKEN
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = "bench-model"
@@ -138,8 +138,9 @@ def start_workers(n: int, spec: WorkerSpec, logdir: Path,
 
 
 def residency_capacity(num_gpu_blocks: int, block_chars: int, block_size: int = 16) -> int:
-    """KV capacity in router chain blocks, as RouterState.apply_capacity converts it."""
-    return max(1, math.floor(num_gpu_blocks * block_size * CHARS_PER_TOKEN / block_chars))
+    """KV capacity in router chain blocks before any answer: the router corrects it from
+    the engines' scraped capacity and the bytes per token it learns (RouterState)."""
+    return max(1, math.floor(num_gpu_blocks * block_size * BYTES_PER_TOKEN / block_chars))
 
 
 def start_router(worker_urls: Sequence[str], policy: str, logdir: Path, *,

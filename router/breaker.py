@@ -41,6 +41,11 @@ class CircuitBreaker:
         if self.state is BreakerState.HALF_OPEN:
             self._probe_out = True
 
+    def on_abandoned(self) -> None:
+        """A try that ended with no verdict (the client went away mid-probe): the probe slot
+        is free again, or a healthy worker would stay half-open and unused for good."""
+        self._probe_out = False
+
     def on_success(self) -> None:
         self._failures = 0
         self._opened_at = None

@@ -63,6 +63,8 @@ class RouterConfig:
                           "predicted faster by this many seconds ...", *_NON_NEGATIVE)
     slack_ratio: float = _opt(0.25, "predicted_ttft: ... plus this share of its predicted TTFT",
                               *_NON_NEGATIVE)
+    replicate_cost: float = _opt(1.0, "predicted_ttft: weight of the prefill a new replica "
+                                 "adds to the fleet, against the time it saves", *_NON_NEGATIVE)
     replica_idle_s: float = _opt(30.0, "predicted_ttft: a context's replica unused this long "
                                  "stops counting as its home", *_POSITIVE)
     prefill_rate: float = _opt(20000.0, "prefill tokens/s assumed for a worker before it has "

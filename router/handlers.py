@@ -11,7 +11,6 @@ else the approximate text chain; /metrics counts which (routing_key_source).
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,8 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from router import request_id as request_ids
+from router.client.contract import CONTEXT_HASH_HEADER
 from router.errors import RequestError
 from router.routing import keys
 from router.routing.candidate import Candidate
@@ -59,7 +60,7 @@ async def _route(request: web.Request, path: str,
     state = request.app[ROUTER]
     pipeline = state.pipeline
     started = time.perf_counter()
-    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex
+    request_id = request_ids.request_id(request)
     try:
         parsed = _parse(await request.read())
         candidates = pipeline.candidates(parsed.model)
@@ -68,7 +69,7 @@ async def _route(request: web.Request, path: str,
             decision = Decision(sorted(candidates, key=lambda c: c.load), "least_loaded")
         else:
             routing = await pipeline.key(parsed.payload, parsed.model, path == CHAT_PATH,
-                                         read_prompt, request.headers.get("X-Context-Hash"),
+                                         read_prompt, request.headers.get(CONTEXT_HASH_HEADER),
                                          candidates)
             await pipeline.annotate(routing, candidates)
             decision = pipeline.rank(routing, candidates)
@@ -132,7 +133,7 @@ async def health(request: web.Request) -> web.Response:
 
 async def ready(request: web.Request) -> web.Response:
     pool = request.app[ROUTER].pool
-    healthy = sum(1 for w in pool if w.healthy and not w.draining)
+    healthy = pool.healthy_count()
     body = {"ready": healthy > 0, "healthy_workers": healthy, "workers": len(pool)}
     return web.json_response(body, status=200 if healthy else 503)
 

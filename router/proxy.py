@@ -20,6 +20,7 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
+from router.breaker import BreakerState
 from router.config import RouterConfig
 from router.errors import error_response, sse_error_event
 from router.metrics import RouterMetrics
@@ -146,6 +147,8 @@ class Proxy:
         finally:
             if upstream is not None:
                 upstream.close()
+            if tried.first_byte_s is None and worker.breaker.state is BreakerState.HALF_OPEN:
+                worker.breaker.on_abandoned()  # no-op after on_failure; frees a cancelled probe
             tried.end()
             worker.in_flight -= 1
             gauge.set(worker.in_flight)

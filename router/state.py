@@ -22,8 +22,6 @@ from router.routing.pipeline import Pipeline
 from router.worker_cost import WorkerCost
 from router.workers import Worker, WorkerPool
 
-CHARS_PER_TOKEN = 4  # rough English average: engine token capacity -> prompt text bytes
-
 if TYPE_CHECKING:  # precise mode's dependencies are optional: imported only when configured
     from router.precise.matcher import PreciseMatcher
 
@@ -47,14 +45,17 @@ class RouterState:
 
     def apply_capacity(self, worker: Worker, capacity_blocks: int, block_size: int) -> None:
         """Cap the worker's residency at its engine's KV capacity, so the router's picture
-        forgets blocks about when the engine's LRU evicts them."""
-        if (capacity_blocks, block_size) == (worker.capacity_blocks, worker.block_size):
-            return
+        forgets blocks about when the engine's LRU evicts them. Tokens become prompt bytes
+        at the ratio learned from the engines' usage (router/routing/feedback.py), so the
+        cap follows the real tokenizer; called on every scrape, it applies changes only."""
         worker.capacity_blocks = capacity_blocks
         worker.block_size = block_size
         if capacity_blocks > 0:
-            chars = capacity_blocks * block_size * CHARS_PER_TOKEN
-            self.residency.set_capacity(worker.id, max(1, chars // self.config.block_chars))
+            chars = capacity_blocks * block_size * self.pipeline.ratio.value
+            blocks = max(1, int(chars // self.config.block_chars))
+            if blocks != worker.residency_blocks:
+                worker.residency_blocks = blocks
+                self.residency.set_capacity(worker.id, blocks)
 
     def new_worker(self, worker_id: str, url: str, source: str,
                    models: frozenset[str] = frozenset()) -> Worker:

@@ -33,6 +33,7 @@ class Worker:
     routed: int = 0
     capacity_blocks: int = 0  # engine KV capacity in engine blocks (0 = unknown)
     block_size: int = 16
+    residency_blocks: int = 0  # the residency cap applied for it, in chain blocks
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     cost: WorkerCost = field(default_factory=WorkerCost)  # prefill queued, decodes, rate
     kv_events: FeedParams | None = None  # the KV-event feed it publishes (precise mode)

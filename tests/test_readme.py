@@ -36,6 +36,10 @@ def test_quick_start_demo_serves_and_shows_routed_requests() -> None:
         assert first[3] == second[3] and "(warm):" in second
         cached = int(re.search(r"(\d+) cached", routed[1]).group(1))  # type: ignore[union-attr]
         assert cached > 0
+        # and the engine's own TTFT says what the warm hit was worth
+        ttft = [float(re.search(r"engine TTFT ([\d.]+) ms", r).group(1))  # type: ignore[union-attr]
+                for r in routed]
+        assert ttft[1] < ttft[0] and ttft[1] < ttft[2], routed
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=30)

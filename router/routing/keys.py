@@ -8,7 +8,6 @@ be matched without a tokenizer.
 
 from __future__ import annotations
 
-import re
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,8 @@ from typing import Any
 
 import orjson
 
-CONTEXT_HASH_RE = re.compile(r"[0-9a-fA-F]{8,64}")
+from router.client.contract import is_valid_context_hash
+
 HASH_BYTES = 8
 
 
@@ -104,12 +104,9 @@ def _token_bytes(tokens: Sequence[Any]) -> bytes:
         raise InvalidPrompt("token ids must be integers") from exc
 
 
-def valid_context_hash(value: str) -> bool:
-    return CONTEXT_HASH_RE.fullmatch(value) is not None
-
-
 def check_context_hash(value: str) -> None:
-    if not valid_context_hash(value):
+    """The format is the SDK's contract (router/client/contract.py), checked in one place."""
+    if not is_valid_context_hash(value):
         raise InvalidPrompt("X-Context-Hash must be 8-64 hexadecimal characters")
 
 

@@ -120,3 +120,13 @@ def test_an_open_breaker_takes_the_worker_out_of_the_candidates() -> None:
     assert pool.candidates(None) == [b]
     a.breaker.on_success()
     assert pool.candidates(None) == [a, b]
+
+
+def test_an_abandoned_probe_frees_the_probe_slot() -> None:
+    """A probe whose client went away has no verdict: the next request may probe."""
+    breaker = opened()
+    breaker.cooldown_s = 0.0
+    breaker.on_dispatch()
+    assert not breaker.allows()  # the one probe is out
+    breaker.on_abandoned()
+    assert breaker.allows() and breaker.state is BreakerState.HALF_OPEN

@@ -9,8 +9,12 @@ none. The request stays home unless some worker is predicted faster by more than
 slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
 - a worker that holds more of the prompt than home and is predicted faster wins, slack
   or not (``warm``): it consolidates the context rather than scattering it;
-- otherwise, when home is too busy by more than the slack, the faster worker becomes one
-  more replica (``replicate``), and unused replicas decay.
+- otherwise, when home is slower by more than the slack, the faster worker becomes one
+  more replica (``replicate``), and unused replicas decay. The slack is ``slack_s`` plus
+  ``slack_ratio`` of the faster worker's TTFT plus ``replicate_cost`` times the prefill
+  the move adds to the fleet (the context's cached tokens home has and the other lacks,
+  at the other's rate): a copy of a hot document is computed only when the time it saves
+  this request exceeds the work it costs everyone queued behind it.
 The bounded-load guard stays hard: no candidate over ceil((1+eps)(L+1)/n) + margin is
 chosen while another is under it.
 """
@@ -32,17 +36,24 @@ def _ttft(c: Candidate) -> float:
     return c.ttft_s
 
 
+def _extra_prefill_s(moved: Candidate, kept: Candidate) -> float:
+    """Prefill the fleet does on top by serving on ``moved`` instead of ``kept``."""
+    extra = moved.uncached_tokens - kept.uncached_tokens
+    return extra / moved.worker.cost.prefill.rate if extra > 0 else 0.0
+
+
 class PredictedTTFT:
     name = "predicted_ttft"
     needs: tuple[str, ...] = ("residency", "load", "ttft")
 
     def __init__(self, epsilon: float = 0.25, margin: int = 2, slack_s: float = 0.05,
-                 slack_ratio: float = 0.25, replicas: ReplicaSets | None = None,
-                 depth: int = 4) -> None:
+                 slack_ratio: float = 0.25, replicate_cost: float = 1.0,
+                 replicas: ReplicaSets | None = None, depth: int = 4) -> None:
         self.epsilon = epsilon
         self.margin = margin
         self.slack_s = slack_s
         self.slack_ratio = slack_ratio
+        self.replicate_cost = replicate_cost
         self.replicas = replicas if replicas is not None else ReplicaSets()
         self.depth = depth
         self._rings = RingCache()
@@ -64,7 +75,8 @@ class PredictedTTFT:
             choice, reason = closest, "warm"
         # a merely less busy one must beat the slack, or contexts would scatter
         best = min(eligible, key=_ttft)
-        if best.ttft_s * (1 + self.slack_ratio) + self.slack_s < choice.ttft_s:
+        if best.ttft_s * (1 + self.slack_ratio) + self.slack_s \
+                + self.replicate_cost * _extra_prefill_s(best, choice) < choice.ttft_s:
             reason = "warm" if best.matched_blocks > stay.matched_blocks else "replicate"
             choice = best
         if choice is stay and reason == "warm" and stay.matched_blocks == 0:
