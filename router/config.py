@@ -57,7 +57,7 @@ class RouterConfig:
     key_blocks: int = _opt(32, "ring key = chain link at block min(n, key_blocks)", *_POSITIVE)
     bound_epsilon: float = _opt(0.25, "load bound slack: bound = ceil((1+eps)(L+1)/n)",
                                 *_POSITIVE)
-    bound_margin: int = _opt(2, "predicted_ttft: requests allowed over the load bound (keeps "
+    bound_margin: int = _opt(4, "predicted_ttft: requests allowed over the load bound (keeps "
                              "a conversation on its worker at low concurrency)", *_NON_NEGATIVE)
     slack_s: float = _opt(0.05, "predicted_ttft: a context leaves its home only for a worker "
                           "predicted faster by this many seconds ...", *_NON_NEGATIVE)

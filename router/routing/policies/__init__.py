@@ -22,7 +22,7 @@ class PolicyKnobs:
     """The tunables of every policy, filled from RouterConfig by the app."""
 
     epsilon: float = 0.25
-    margin: int = 2
+    margin: int = 4
     slack_s: float = 0.05
     slack_ratio: float = 0.25
     replicate_cost: float = 1.0

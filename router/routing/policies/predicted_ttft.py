@@ -46,7 +46,7 @@ class PredictedTTFT:
     name = "predicted_ttft"
     needs: tuple[str, ...] = ("residency", "load", "ttft")
 
-    def __init__(self, epsilon: float = 0.25, margin: int = 2, slack_s: float = 0.05,
+    def __init__(self, epsilon: float = 0.25, margin: int = 4, slack_s: float = 0.05,
                  slack_ratio: float = 0.25, replicate_cost: float = 1.0,
                  replicas: ReplicaSets | None = None, depth: int = 4) -> None:
         self.epsilon = epsilon
