@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from router.metrics import RouterMetrics
+from router.fleet.workers import Worker, WorkerPool
+from router.infra.metrics import RouterMetrics
 from router.residency.memory import MemoryResidency
 from router.routing.keys import prompt_key
 from router.routing.pipeline import Pipeline
 from router.routing.policies import Decision, make_policy
-from router.workers import Worker, WorkerPool
 
 BLOCK_CHARS, MAX_BLOCKS, KEY_BLOCKS, CHAIN = 256, 256, 32, 64
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from router.registry import DEFAULT_KEY_PREFIX
+from router.protocol.registry import DEFAULT_KEY_PREFIX
 
 ENV_PREFIX = "PREFIX_WORKER_"
 DEVICES = ("cuda", "cpu")

@@ -30,7 +30,7 @@ from engine_worker import vllm_metrics
 from engine_worker.command import VllmCommand, build
 from engine_worker.config import WorkerConfig
 from engine_worker.registration import Registration
-from router.registry import WorkerRecord
+from router.protocol.registry import WorkerRecord
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
@@ -201,12 +201,12 @@ class Launcher:
     async def _publish_exact(self) -> None:
         """Mirror this engine's KV events into Redis as ``{prefix}exact:{worker}``.
 
-        Optional path (router/precise/redis_sink.py): routers subscribe to the engine
+        Optional path (engine_worker/redis_sink.py): routers subscribe to the engine
         themselves; this set serves consumers that can't reach the ZMQ socket.
         """
-        from router.precise.kv_events import KVEventSubscriber
-        from router.precise.redis_sink import RedisExactSink
-        from router.redis_client import make_client
+        from engine_worker.redis_sink import RedisExactSink
+        from router.infra.redis_client import make_client
+        from router.protocol.kv_events import KVEventSubscriber
 
         config = self.config
         redis = make_client(config.register_redis or "")

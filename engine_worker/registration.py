@@ -9,8 +9,8 @@ from dataclasses import replace
 
 from redis.asyncio import Redis
 
-from router import registry
-from router.registry import WorkerRecord
+from router.protocol import registry
+from router.protocol.registry import WorkerRecord
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 
 from aiohttp import web
 
-from router.app import build_app
 from router.config import ConfigError, RouterConfig, add_arguments, load_config
-from router.logs import configure as configure_logging
+from router.infra.logs import configure as configure_logging
+from router.server.app import build_app
 
 log = logging.getLogger("router")
 

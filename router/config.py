@@ -14,9 +14,11 @@ from typing import Any
 
 import yaml
 
-from router.routing.policies import POLICY_NAMES
-
 ENV_PREFIX = "PREFIX_ROUTER_"
+# the policies router/routing/policies builds (make_policy); named here so the config, the
+# lowest room but one, imports nothing of the router
+POLICY_NAMES = ("predicted_ttft", "prefix_aware", "consistent_hash", "least_loaded",
+                "round_robin", "llmd_weighted")
 
 
 class ConfigError(ValueError):

@@ -21,11 +21,12 @@ sys.path[:0] = [str(REPO), str(REPO / "scripts")]
 
 import make_tiny_model  # noqa: E402
 
+from router.fleet.workers import Worker  # noqa: E402
 from router.precise.exact import ExactResidency  # noqa: E402
-from router.precise.feeds import FeedParams, KVEventFeeds  # noqa: E402
+from router.precise.feeds import KVEventFeeds  # noqa: E402
 from router.precise.matcher import PreciseMatcher  # noqa: E402
 from router.precise.tokenize import PromptTokenizer  # noqa: E402
-from router.workers import Worker  # noqa: E402
+from router.protocol.kv_feed import FeedParams  # noqa: E402
 from tests.engine.vllm_fleet import document  # noqa: E402
 
 BLOCK, KEYS, RUNS = 16, 8, 7

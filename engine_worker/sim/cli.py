@@ -83,7 +83,7 @@ async def serve(args: argparse.Namespace) -> None:
     registration = None
     if args.register_redis:
         from engine_worker.registration import Registration
-        from router.registry import WorkerRecord
+        from router.protocol.registry import WorkerRecord
 
         record = WorkerRecord(id=args.worker_id or f"sim-{args.port}", url=url,
                               models=(args.model,), block_size=args.block_size,

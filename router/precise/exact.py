@@ -14,27 +14,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import Protocol
 
-BlockHash = int | bytes
-LOW_64 = (1 << 64) - 1
+from router.protocol.kv_contract import BlockHash, ResidencySink, block_key
 
-
-def block_key(block_hash: BlockHash) -> int:
-    """vLLM's int form of a block hash: bytes -> low 64 bits, big-endian (as vLLM does)."""
-    if isinstance(block_hash, bytes | bytearray):
-        return int.from_bytes(block_hash, "big") & LOW_64
-    return int(block_hash) & LOW_64
-
-
-class ResidencySink(Protocol):
-    """Receives one worker's cache changes, in the order the worker made them."""
-
-    async def stored(self, worker_id: str, block_hashes: list[BlockHash]) -> None: ...
-
-    async def removed(self, worker_id: str, block_hashes: list[BlockHash]) -> None: ...
-
-    async def cleared(self, worker_id: str) -> None: ...
+__all__ = ["BlockHash", "ExactResidency", "ResidencySink", "block_key"]
 
 
 class ExactResidency:

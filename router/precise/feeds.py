@@ -17,22 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
+from router.infra.supervisor import Supervisor
 from router.precise.exact import ExactResidency
-from router.precise.kv_events import KVEventSubscriber
-from router.supervisor import Supervisor
+from router.protocol.kv_events import KVEventSubscriber
+from router.protocol.kv_feed import FeedParams
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class FeedParams:
-    endpoint: str
-    replay_endpoint: str | None
-    topic: str
-    block_size: int
-    hash_seed: str
 
 
 def _task_name(worker_id: str) -> str:

@@ -16,12 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from router.precise.block_hash import block_hashes
+from router.fleet.workers import Worker
 from router.precise.exact import ExactResidency, block_key
 from router.precise.feeds import KVEventFeeds
 from router.precise.tokenize import PromptTokenizer
+from router.protocol.block_hash import block_hashes
 from router.routing.keys import InvalidPrompt, RoutingKey, anchor
-from router.workers import Worker
 
 log = logging.getLogger(__name__)
 

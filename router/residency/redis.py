@@ -38,8 +38,8 @@ from collections.abc import Sequence
 
 from redis.asyncio import Redis
 
-from router.metrics import RouterMetrics
-from router.redis_client import timed
+from router.infra.metrics import RouterMetrics
+from router.infra.redis_client import timed
 from router.residency.memory import MemoryResidency
 
 log = logging.getLogger(__name__)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from router.fleet.workers import Worker
 from router.routing.candidate import Candidate
 from router.routing.request import RoutingRequest
 from router.routing.usage import MARK, Usage, find_usage
-from router.workers import Worker
 
 
 class Attempt:

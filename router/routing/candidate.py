@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from router.workers import Worker
+from router.fleet.workers import Worker
 
 
 @dataclass(slots=True, eq=False)

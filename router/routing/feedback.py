@@ -11,7 +11,7 @@ byte includes its decode) and the prompt's bytes per token.
 
 from __future__ import annotations
 
-from router.metrics import RouterMetrics
+from router.infra.metrics import RouterMetrics
 from router.residency.base import ResidencyStore
 from router.routing.accounting import Attempt
 

@@ -2,7 +2,7 @@
 
     key -> candidates -> signals -> rank -> forward -> complete
 
-The edge (router/handlers.py; bench/scale.py and the tests in process) calls the steps in
+The edge (router/server/handlers.py; bench/scale.py and the tests in process) calls the steps in
 that order and does ``forward`` itself, with an Attempt per try from ``attempt``.
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from router.metrics import RouterMetrics
+from router.fleet.workers import WorkerPool
+from router.infra.metrics import RouterMetrics
 from router.residency.base import ResidencyStore
 from router.routing import keys
 from router.routing.accounting import Attempt
@@ -21,7 +22,6 @@ from router.routing.feedback import CacheFeedback, TokenRatio
 from router.routing.policies.base import Decision, Policy
 from router.routing.request import RoutingRequest
 from router.routing.signals import SignalContext, build_signals
-from router.workers import WorkerPool
 
 PromptReader = Callable[[dict[str, Any]], bytes]
 
@@ -49,7 +49,7 @@ class Pipeline:
         self.key_blocks = key_blocks
         self.ratio = TokenRatio()
         self.mean_uncached = 2048.0  # uncached prompt tokens per dispatch (EWMA), to price
-        # an engine's queue that no router accounts for (router/engine_cost.py)
+        # an engine's queue that no router accounts for (router/fleet/engine_cost.py)
         self._decode_penalty_s = decode_penalty_s
         self.precise: PreciseKeyer | None = None
         self.signals = build_signals(policy.needs, SignalContext(residency))

@@ -111,7 +111,7 @@ SDK_SCRIPT = textwrap.dedent("""
 
     url, model = sys.argv[1], sys.argv[2]
     assert "site-packages" in router.client.__file__, router.client.__file__
-    absent = [m for m in ("router.app", "router.state", "redis", "prometheus_client",
+    absent = [m for m in ("router.server.app", "router.server.state", "redis", "prometheus_client",
                           "uhashring", "yaml", "uvloop") if importlib.util.find_spec(m)]
     docs = [f"Document {i} on installing the SDK alone. " * 30 for i in range(3)]
     with ContextClient(url) as sdk:
@@ -149,7 +149,7 @@ def test_server_wheel_does_not_ship_bench(server_wheel: Path) -> None:
     packages = {n.split("/", 1)[0] for n in names if ".dist-info/" not in n}
     assert packages == {"router", "engine_worker"}, packages
     assert not tops - {"router", "engine_worker"}, tops
-    assert "router/client/contract.py" in names and "router/app.py" in names
+    assert "router/client/contract.py" in names and "router/server/app.py" in names
 
 
 def test_server_and_sdk_share_an_environment(sdk_python: Path, sdk_wheel: Path,

@@ -68,10 +68,10 @@ def test_chart_ships_the_same_dashboard():
 
 def test_router_registry_exposes_the_contract_families():
     """The router's own registry defines every router family the dashboard may use."""
-    metrics = pytest.importorskip("router.metrics")
+    metrics = pytest.importorskip("router.infra.metrics")
     exposed = {}
     for family in metrics.RouterMetrics().registry.collect():
         name = family.name + "_total" if family.type == "counter" else family.name
         exposed[name] = family.type
     missing = {n: t for n, t in ROUTER_METRICS.items() if exposed.get(n) != t}
-    assert not missing, f"router/metrics.py lacks (or types differently): {missing}"
+    assert not missing, f"router/infra/metrics.py lacks (or types differently): {missing}"

@@ -1,12 +1,12 @@
-"""router.precise.block_hash: the chain properties precise routing relies on.
+"""router.protocol.block_hash: the chain properties precise routing relies on.
 
 Equality with vLLM's own hashes is checked against a real worker in test_real_vllm.py.
 """
 
 from __future__ import annotations
 
-from router.precise.block_hash import block_hashes, none_hash
 from router.precise.exact import block_key
+from router.protocol.block_hash import block_hashes, none_hash
 
 
 def test_only_full_blocks_are_hashed() -> None:

@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from router.precise.exact import ExactResidency, block_key
-from router.precise.kv_events import (
+from router.protocol.kv_events import (
     AllBlocksCleared,
     BlockRemoved,
     BlockStored,

@@ -14,9 +14,9 @@ import signal
 import aiohttp
 import pytest
 
-from router.precise.block_hash import block_hashes
 from router.precise.exact import ExactResidency
-from router.precise.kv_events import KVEventSubscriber, subscribed
+from router.protocol.block_hash import block_hashes
+from router.protocol.kv_events import KVEventSubscriber, subscribed
 from tests.engine.vllm_fleet import (
     BLOCK,
     MODEL_NAME,

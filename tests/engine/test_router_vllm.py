@@ -23,11 +23,11 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from router.app import build_app
 from router.config import RouterConfig
 from router.precise.exact import ExactResidency
-from router.precise.kv_events import KVEventSubscriber, subscribed
-from router.state import ROUTER
+from router.protocol.kv_events import KVEventSubscriber, subscribed
+from router.server.app import build_app
+from router.server.state import ROUTER
 from tests.engine.vllm_fleet import (
     BLOCK,
     MAX_MODEL_LEN,

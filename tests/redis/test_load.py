@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from router.app import build_app
 from router.config import RouterConfig
-from router.load import LoadSharer, LoadView, parse_engine_load, parse_kv_capacity
-from router.redis_client import make_client
-from router.state import ROUTER, RouterState
+from router.fleet.load import LoadSharer, LoadView, parse_engine_load, parse_kv_capacity
+from router.infra.redis_client import make_client
+from router.server.app import build_app
+from router.server.state import ROUTER, RouterState
 
 WORKERS = (("w0", "http://127.0.0.1:1"), ("w1", "http://127.0.0.1:2"))
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 
-from router import registry
-from router.app import build_app
 from router.config import RouterConfig
-from router.discovery import Discovery
-from router.redis_client import make_client
-from router.registry import WorkerRecord
-from router.state import ROUTER
+from router.infra.redis_client import make_client
+from router.protocol import registry
+from router.protocol.registry import WorkerRecord
+from router.server.app import build_app
+from router.server.discovery import Discovery
+from router.server.state import ROUTER
 
 
 async def test_pool_follows_registry_and_survives_an_empty_one(redis_server) -> None:

@@ -9,8 +9,8 @@ from hashlib import blake2b
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from router.metrics import RouterMetrics
-from router.redis_client import make_client
+from router.infra.metrics import RouterMetrics
+from router.infra.redis_client import make_client
 from router.residency.redis import RedisResidency
 from tests.support import free_port
 

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from router.fleet.workers import Worker
 from router.routing.candidate import Candidate
 from router.routing.keys import RoutingKey
 from router.routing.policies import POLICY_NAMES, Decision, Policy, PolicyKnobs, make_policy
 from router.routing.policies.bound import load_bound
 from router.routing.request import RoutingRequest
-from router.workers import Worker
 
 
 def workers(loads: Sequence[int]) -> list[Worker]:

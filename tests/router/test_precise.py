@@ -16,14 +16,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from router.app import build_app
 from router.config import RouterConfig
-from router.precise.block_hash import block_hashes
+from router.infra.supervisor import SUPERVISOR
 from router.precise.exact import block_key
 from router.precise.tokenize import PromptTokenizer
+from router.protocol.block_hash import block_hashes
 from router.routing import keys
-from router.state import ROUTER
-from router.supervisor import SUPERVISOR
+from router.server.app import build_app
+from router.server.state import ROUTER
 from tests.engine.vllm_publisher import FakePublisher, stored
 from tests.router.conftest import MODEL, Upstream, start_upstreams
 from tests.support import REPO, free_port, stop
@@ -257,10 +257,10 @@ async def test_admin_removal_stops_the_feed_and_forgets_the_worker(
 
 async def test_registry_workers_get_a_feed_with_their_own_hash_parameters(
         redis_server, tokenizer_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    from router import registry
-    from router.precise.feeds import FeedParams
-    from router.redis_client import make_client
-    from router.registry import WorkerRecord
+    from router.protocol import registry
+    from router.infra.redis_client import make_client
+    from router.protocol.kv_feed import FeedParams
+    from router.protocol.registry import WorkerRecord
 
     config = RouterConfig(redis_url=redis_server.url, discover=True, registry_poll_s=0.1,
                           tokenizers=((MODEL, str(tokenizer_dir)),))
@@ -288,9 +288,9 @@ async def test_discovery_removal_goes_through_the_same_hooks(
         upstreams: list[Upstream]) -> None:
     """A registry worker whose heartbeat lapses leaves like an admin-removed one: feed
     stopped, exact, shared (Redis) and local residency forgotten, replicas dropped."""
-    from router import registry
-    from router.redis_client import make_client
-    from router.registry import WorkerRecord
+    from router.protocol import registry
+    from router.infra.redis_client import make_client
+    from router.protocol.registry import WorkerRecord
 
     events, replay = free_port(), free_port()
     config = RouterConfig(redis_url=redis_server.url, discover=True, registry_poll_s=0.1,

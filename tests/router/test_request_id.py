@@ -13,9 +13,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from router.app import build_app
 from router.config import RouterConfig
-from router.request_id import REQUEST_ID, request_id, request_ids, stamp_request_id
+from router.server.app import build_app
+from router.server.request_id import REQUEST_ID, request_id, request_ids, stamp_request_id
 
 MODEL = "rid-model"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hello"}]}

@@ -20,10 +20,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.app import build_app
 from router.config import RouterConfig
-from router.metrics import RouterMetrics
-from router.supervisor import SUPERVISOR, Supervisor
+from router.infra.metrics import RouterMetrics
+from router.infra.supervisor import SUPERVISOR, Supervisor
+from router.server.app import build_app
 from tests.support import free_port
 
 MODEL = "sup-model"
@@ -198,13 +198,13 @@ async def test_supervisor_logs_counts_and_restarts_a_task_that_raises(
         healthy.set()
         await asyncio.Event().wait()  # the third run stays up
 
-    with caplog.at_level(logging.ERROR, logger="router.supervisor"):
+    with caplog.at_level(logging.ERROR, logger="router.infra.supervisor"):
         supervisor.start("flaky", flaky, label="flaky-kind")
         await asyncio.wait_for(healthy.wait(), 20)
     assert runs == 3
     errors = samples(metrics.render().decode(), "prefix_router_background_errors_total")
     assert errors == {"flaky-kind": 2.0}
-    failures = [r for r in caplog.records if r.name == "router.supervisor"]
+    failures = [r for r in caplog.records if r.name == "router.infra.supervisor"]
     assert len(failures) == 2 and all(r.exc_info for r in failures)  # with tracebacks
     assert "failure 1" in caplog.text and "Traceback" in caplog.text
     with pytest.raises(ValueError, match="already running"):

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.prefill_model import PrefillModel
+from router.fleet.prefill_model import PrefillModel
+from router.fleet.workers import Worker
 from router.residency.memory import MemoryResidency
 from router.routing.candidate import Candidate
 from router.routing.keys import RoutingKey
@@ -17,7 +18,6 @@ from router.routing.replicas import ReplicaSets
 from router.routing.request import RoutingRequest
 from router.routing.signals.base import SignalContext
 from router.routing.signals.ttft import TTFTSignal
-from router.workers import Worker
 
 RATE = 20_000.0  # tokens/s of every worker's seed line
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from router import registry
+from router.protocol import registry
 from tests.support import free_port, spawn, stop, wait_http
 
 DOC = " ".join(f"word{i} is here." for i in range(400))

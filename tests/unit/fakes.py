@@ -20,8 +20,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from multidict import CIMultiDict
 from prometheus_client.parser import text_string_to_metric_families
 
-from router.app import build_app
 from router.config import RouterConfig
+from router.server.app import build_app
 
 MODEL = "test-model"
 STREAM_TEXT = ("Hel", "lo", " wor", "ld")

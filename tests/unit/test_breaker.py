@@ -1,4 +1,4 @@
-"""The per-worker circuit breaker (router/breaker.py): closed -> open -> half-open -> ...
+"""The per-worker circuit breaker (router/fleet/breaker.py): closed -> open -> half-open -> ...
 
 The breaker reads time.monotonic() itself, so the cooldown is steered through its public
 ``cooldown_s``: 0 makes an open breaker due for its probe at once, an hour keeps it open.
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.breaker import BreakerState, CircuitBreaker
-from router.workers import Worker, WorkerPool
+from router.fleet.breaker import BreakerState, CircuitBreaker
+from router.fleet.workers import Worker, WorkerPool
 
 RELAXED = settings(deadline=None)  # a busy machine must not fail an example on time
 HOUR = 3600.0

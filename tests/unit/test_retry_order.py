@@ -15,8 +15,8 @@ import orjson
 import pytest
 from aiohttp.test_utils import TestClient
 
-from router.state import ROUTER
-from router.supervisor import SUPERVISOR
+from router.infra.supervisor import SUPERVISOR
+from router.server.state import ROUTER
 from tests.unit.fakes import FakeWorker, chat_body, fake_workers, metric, router_client
 
 HOUR = 3600.0

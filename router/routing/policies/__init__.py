@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from router.config import POLICY_NAMES
 from router.routing.policies.base import Decision, Policy
 from router.routing.policies.consistent_hash import ConsistentHash
 from router.routing.policies.least_loaded import LeastLoaded
@@ -12,9 +13,6 @@ from router.routing.policies.predicted_ttft import PredictedTTFT
 from router.routing.policies.prefix_aware import PrefixAware
 from router.routing.policies.round_robin import RoundRobin
 from router.routing.replicas import ReplicaSets
-
-POLICY_NAMES = ("predicted_ttft", "prefix_aware", "consistent_hash", "least_loaded",
-                "round_robin", "llmd_weighted")
 
 
 @dataclass(frozen=True, slots=True)

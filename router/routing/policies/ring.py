@@ -7,7 +7,7 @@ from collections.abc import Iterator, Sequence
 
 from uhashring import HashRing
 
-from router.workers import Worker
+from router.fleet.workers import Worker
 
 
 class RingCache:

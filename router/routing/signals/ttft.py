@@ -1,7 +1,7 @@
 """Predicted time to first token: the queue ahead plus this request's uncached prefill.
 
 ttft(w) = prefill_w(queued tokens + uncached tokens) + decode_penalty x decodes on w,
-where prefill_w is the worker's learned line (router/prefill_model.py). Reads what the
+where prefill_w is the worker's learned line (router/fleet/prefill_model.py). Reads what the
 residency and load signals wrote, so it is registered after them.
 """
 

@@ -7,8 +7,8 @@ import hmac
 import orjson
 from aiohttp import web
 
-from router.errors import error_response
-from router.state import ROUTER
+from router.server.errors import error_response
+from router.server.state import ROUTER
 
 
 def _authorised(request: web.Request) -> web.Response | None:
@@ -57,7 +57,8 @@ async def remove_worker(request: web.Request) -> web.Response:
     if (denied := _authorised(request)) is not None:
         return denied
     state = request.app[ROUTER]
-    if state.pool.remove(request.match_info["worker_id"]) is None:  # hooks: router/pool_hooks.py
+    # the pool runs the removal hooks (router/server/pool_hooks.py)
+    if state.pool.remove(request.match_info["worker_id"]) is None:
         return error_response(404, "no such worker", "worker_not_found")
     return web.Response(status=204)
 

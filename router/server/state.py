@@ -10,17 +10,17 @@ import aiohttp
 from aiohttp import web
 from redis.asyncio import Redis
 
-from router.breaker import CircuitBreaker
 from router.config import RouterConfig
-from router.health import HealthChecker
-from router.metrics import RouterMetrics
-from router.pool_hooks import install as install_pool_hooks
-from router.prefill_model import PrefillModel
-from router.proxy import Proxy
+from router.fleet.breaker import CircuitBreaker
+from router.fleet.health import HealthChecker
+from router.fleet.prefill_model import PrefillModel
+from router.fleet.worker_cost import WorkerCost
+from router.fleet.workers import Worker, WorkerPool
+from router.infra.metrics import RouterMetrics
 from router.residency.base import ResidencyStore
 from router.routing.pipeline import Pipeline
-from router.worker_cost import WorkerCost
-from router.workers import Worker, WorkerPool
+from router.server.pool_hooks import install as install_pool_hooks
+from router.server.proxy import Proxy
 
 if TYPE_CHECKING:  # precise mode's dependencies are optional: imported only when configured
     from router.precise.matcher import PreciseMatcher
@@ -42,6 +42,10 @@ class RouterState:
 
     def __post_init__(self) -> None:
         install_pool_hooks(self)  # a worker leaving the pool leaves everything else too
+
+    @property
+    def mean_uncached(self) -> float:
+        return self.pipeline.mean_uncached
 
     def apply_capacity(self, worker: Worker, capacity_blocks: int, block_size: int) -> None:
         """Cap the worker's residency at its engine's KV capacity, so the router's picture

@@ -7,11 +7,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from router.breaker import CircuitBreaker
-from router.worker_cost import WorkerCost
+from router.fleet.breaker import CircuitBreaker
+from router.fleet.worker_cost import WorkerCost
 
 if TYPE_CHECKING:  # precise mode is optional: its types only, no ZMQ import
-    from router.precise.feeds import FeedParams
+    from router.protocol.kv_feed import FeedParams
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class WorkerPool:
 
     Whatever keeps per-worker state outside the pool (residency, metrics, KV-event feeds,
     hot-prefix replicas) registers hooks here rather than being called by each path that
-    adds or removes a worker (admin API, discovery, start-up): router/pool_hooks.py."""
+    adds or removes a worker (admin API, discovery, start-up): router/server/pool_hooks.py."""
 
     def __init__(self) -> None:
         self._workers: dict[str, Worker] = {}

@@ -5,7 +5,7 @@ clients that bypass them, sent. From each scrape: requests waiting beyond this r
 own pending ones, priced at the mean uncached prompt this router sends the worker, are
 prefill no router accounts for; running beyond our decodes (and other replicas') are
 decodes no router accounts for. Both are smoothed like the request-count excess
-(router/load.py) so one request caught in a scrape does not read as sustained load.
+(router/fleet/load.py) so one request caught in a scrape does not read as sustained load.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from router.workers import Worker
+from router.fleet.workers import Worker
 
 ALPHA = 0.25
 WAITING, RUNNING = "vllm:num_requests_waiting", "vllm:num_requests_running"

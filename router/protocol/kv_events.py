@@ -35,7 +35,7 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from router.precise.exact import BlockHash, ResidencySink
+from router.protocol.kv_contract import BlockHash, ResidencySink
 
 log = logging.getLogger(__name__)
 END_SEQ = -1

@@ -8,8 +8,8 @@ import logging
 import aiohttp
 import orjson
 
-from router.metrics import RouterMetrics
-from router.workers import Worker, WorkerPool
+from router.fleet.workers import Worker, WorkerPool
+from router.infra.metrics import RouterMetrics
 
 log = logging.getLogger(__name__)
 

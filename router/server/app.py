@@ -2,30 +2,31 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import aiohttp
 from aiohttp import web
 
-from router import admin, handlers
 from router.config import RouterConfig
-from router.discovery import discovery_ctx
-from router.errors import openai_errors
-from router.health import HealthChecker
-from router.load import load_ctx
-from router.metrics import RouterMetrics
-from router.precise_ctx import precise_ctx
-from router.proxy import Proxy
-from router.redis_client import make_client, redis_ctx
-from router.request_id import request_ids, stamp_request_id
+from router.fleet.workers import WorkerPool
+from router.infra.metrics import RouterMetrics
+from router.infra.redis_client import make_client
+from router.infra.supervisor import SUPERVISOR, Supervisor, supervisor_ctx
 from router.residency.base import ResidencyStore
 from router.residency.memory import MemoryResidency
 from router.residency.redis import RedisResidency
 from router.routing.pipeline import Pipeline
 from router.routing.policies import PolicyKnobs, make_policy
-from router.state import ROUTER, RouterState
-from router.supervisor import SUPERVISOR, Supervisor, supervisor_ctx
-from router.workers import WorkerPool
+from router.server import admin, handlers
+from router.server.contexts import (
+    health_checks_ctx,
+    http_session_ctx,
+    load_ctx,
+    redis_ctx,
+    residency_ctx,
+)
+from router.server.discovery import discovery_ctx
+from router.server.errors import openai_errors
+from router.server.precise_ctx import precise_ctx
+from router.server.request_id import request_ids, stamp_request_id
+from router.server.state import ROUTER, RouterState
 
 
 def build_app(config: RouterConfig) -> web.Application:
@@ -57,10 +58,10 @@ def build_app(config: RouterConfig) -> web.Application:
         state.pool.add(state.new_worker(worker_id, url, "static"))
     app[ROUTER] = state
     app.cleanup_ctx.append(supervisor_ctx)  # first in, so last out: no task outlives the app
-    app.cleanup_ctx.append(_http_session)
+    app.cleanup_ctx.append(http_session_ctx)
     app.cleanup_ctx.append(redis_ctx)  # closed after the residency store's last flush
-    app.cleanup_ctx.append(_residency)
-    app.cleanup_ctx.append(_health_checks)
+    app.cleanup_ctx.append(residency_ctx)
+    app.cleanup_ctx.append(health_checks_ctx)
     app.cleanup_ctx.append(precise_ctx)  # before discovery: registry workers get feeds
     app.cleanup_ctx.append(discovery_ctx)  # needs the health checker for new workers
     app.cleanup_ctx.append(load_ctx)
@@ -81,30 +82,3 @@ def _knobs(config: RouterConfig) -> PolicyKnobs:
                        replicate_cost=config.replicate_cost,
                        replica_idle_s=config.replica_idle_s, min_match=config.min_match,
                        warm_ratio=config.warm_ratio)
-
-
-async def _http_session(app: web.Application) -> AsyncIterator[None]:
-    state = app[ROUTER]
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
-    state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
-    state.proxy = Proxy(state.session, state.config, state.metrics)
-    yield
-    await state.session.close()
-
-
-async def _residency(app: web.Application) -> AsyncIterator[None]:
-    residency = app[ROUTER].residency
-    await residency.start()
-    yield
-    await residency.close()
-
-
-async def _health_checks(app: web.Application) -> AsyncIterator[None]:
-    state = app[ROUTER]
-    assert state.session is not None
-    state.health = HealthChecker(state.pool, state.session, state.metrics,
-                                 state.config.health_interval_s, state.config.health_timeout_s)
-    await state.health.check_all()  # know who is up before the first request
-    app[SUPERVISOR].start("health", state.health.run)
-    yield
-    await app[SUPERVISOR].stop("health")

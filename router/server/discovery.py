@@ -1,6 +1,6 @@
 """Registry -> pool: routers learn workers from the heartbeats workers keep in Redis.
 
-Every ``registry_poll_s`` the router reads the live registry (router/registry.py's schema)
+Every ``registry_poll_s`` the router reads the live registry (router/protocol/registry.py's schema)
 and reconciles its pool: new workers join (source "registry", health-checked at once so
 they take traffic within one poll), workers whose heartbeat lapsed leave, draining is
 mirrored, KV capacity becomes the residency store's per-worker cap.
@@ -23,13 +23,13 @@ from collections.abc import AsyncIterator
 from aiohttp import web
 from redis.asyncio import Redis
 
-from router import registry
-from router.precise_ctx import record_feed_params
-from router.redis_client import timed
-from router.registry import WorkerRecord
-from router.state import ROUTER, RouterState
-from router.supervisor import SUPERVISOR
-from router.workers import Worker
+from router.fleet.workers import Worker
+from router.infra.redis_client import timed
+from router.infra.supervisor import SUPERVISOR
+from router.protocol import registry
+from router.protocol.registry import WorkerRecord
+from router.server.precise_ctx import record_feed_params
+from router.server.state import ROUTER, RouterState
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class Discovery:
             worker = self._state.pool.get(worker_id)
             if worker is None or worker.source != "registry":
                 continue
-            self._state.pool.remove(worker_id)  # hooks: router/pool_hooks.py
+            self._state.pool.remove(worker_id)  # hooks: router/server/pool_hooks.py
             log.info("worker %s left: its registry heartbeat lapsed", worker_id)
 
 

@@ -9,16 +9,14 @@ client-side retries on the request path.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from typing import TypeVar
 
-from aiohttp import web
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from router.metrics import RouterMetrics
-from router.state import ROUTER
+from router.infra.metrics import RouterMetrics
 
 T = TypeVar("T")
 
@@ -39,11 +37,3 @@ async def timed(metrics: RouterMetrics, op: str, call: Awaitable[T]) -> T:
         raise
     metrics.redis_latency.labels(op).observe(time.perf_counter() - started)
     return result
-
-
-async def redis_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Close the shared client last (after the residency store's final flush)."""
-    yield
-    client = app[ROUTER].redis
-    if client is not None:
-        await client.aclose()

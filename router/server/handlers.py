@@ -18,15 +18,15 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from router import request_id as request_ids
 from router.client.contract import CONTEXT_HASH_HEADER
-from router.errors import RequestError
 from router.routing import keys
 from router.routing.candidate import Candidate
 from router.routing.errors import Rejected
 from router.routing.policies.base import Decision
 from router.routing.request import RoutingRequest
-from router.state import ROUTER
+from router.server import request_id as request_ids
+from router.server.errors import RequestError
+from router.server.state import ROUTER
 
 PromptReader = Callable[[dict[str, Any]], bytes]
 CHAT_PATH = "/v1/chat/completions"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from redis.asyncio import Redis
 
-from router.precise.exact import BlockHash, block_key
+from router.protocol.kv_contract import BlockHash, block_key
 
 
 def exact_key(prefix: str, worker_id: str) -> str:

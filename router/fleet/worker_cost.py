@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from router.prefill_model import PrefillModel
+from router.fleet.prefill_model import PrefillModel
 
 
 @dataclass(slots=True)

@@ -36,17 +36,31 @@ import math
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from typing import Protocol
 
 import aiohttp
-from aiohttp import web
 from redis.asyncio import Redis
 
-from router.engine_cost import observe_engine, parse_engine_gauges
-from router.redis_client import timed
-from router.state import ROUTER, RouterState
-from router.supervisor import SUPERVISOR
-from router.workers import Worker
+from router.config import RouterConfig
+from router.fleet.engine_cost import observe_engine, parse_engine_gauges
+from router.fleet.workers import Worker, WorkerPool
+from router.infra.metrics import RouterMetrics
+from router.infra.redis_client import timed
+
+
+class LoadHost(Protocol):
+    """What the load loops read of the app (RouterState provides it)."""
+
+    config: RouterConfig
+    pool: WorkerPool
+    metrics: RouterMetrics
+
+    @property
+    def mean_uncached(self) -> float:
+        """Uncached prompt tokens per dispatch, to price an engine's unaccounted queue."""
+        ...
+
+    def apply_capacity(self, worker: Worker, capacity_blocks: int, block_size: int) -> None: ...
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +109,7 @@ def parse_kv_capacity(text: str) -> tuple[int, int] | None:
 class LoadView:
     """Other replicas' and engines' load per worker, with freshness, applied to the pool."""
 
-    def __init__(self, state: RouterState) -> None:
+    def __init__(self, state: LoadHost) -> None:
         self._state = state
         self.others: dict[str, float] = {}
         self.others_cost: dict[str, tuple[float, float]] = {}  # pending tokens, decoding
@@ -132,7 +146,7 @@ class LoadView:
 class LoadSharer:
     """Publishes this replica's in-flight per worker and reads the other replicas'."""
 
-    def __init__(self, state: RouterState, redis: Redis, view: LoadView,
+    def __init__(self, state: LoadHost, redis: Redis, view: LoadView,
                  replica_id: str | None = None) -> None:
         self.replica_id = replica_id or uuid.uuid4().hex
         self._state = state
@@ -229,7 +243,7 @@ class Scraper:
     """Reads each worker's own /metrics: its queue (the engine's view of its load) and its KV
     capacity (so residency mirrors the engine's cache size without any configuration)."""
 
-    def __init__(self, state: RouterState, session: aiohttp.ClientSession,
+    def __init__(self, state: LoadHost, session: aiohttp.ClientSession,
                  view: LoadView) -> None:
         self._state = state
         self._session = session
@@ -271,25 +285,7 @@ class Scraper:
             self._view.observe_engine(worker.id, value - ours)
         gauges = parse_engine_gauges(text)
         if gauges is not None:
-            observe_engine(worker, gauges, self._state.pipeline.mean_uncached)
+            observe_engine(worker, gauges, self._state.mean_uncached)
         capacity = parse_kv_capacity(text)
         if capacity is not None:
             self._state.apply_capacity(worker, *capacity)
-
-
-async def load_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Scrape engines (``scrape_interval_s`` > 0) and share load through Redis (when set)."""
-    state = app[ROUTER]
-    view = LoadView(state)
-    supervisor = app[SUPERVISOR]
-    sharer: LoadSharer | None = None
-    if state.redis is not None:
-        sharer = LoadSharer(state, state.redis, view, state.replica_id)
-        supervisor.start("load-sharer", sharer.run)
-    if state.config.scrape_interval_s > 0 and state.session is not None:
-        supervisor.start("scraper", Scraper(state, state.session, view).run)
-    yield
-    await supervisor.stop("scraper")
-    await supervisor.stop("load-sharer")
-    if sharer is not None:
-        await sharer.withdraw()

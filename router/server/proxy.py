@@ -20,13 +20,13 @@ import aiohttp
 from aiohttp import web
 from multidict import CIMultiDict
 
-from router.breaker import BreakerState
 from router.config import RouterConfig
-from router.errors import error_response, sse_error_event
-from router.metrics import RouterMetrics
+from router.fleet.breaker import BreakerState
+from router.fleet.workers import Worker
+from router.infra.metrics import RouterMetrics
 from router.routing.accounting import Attempt
 from router.routing.candidate import Candidate
-from router.workers import Worker
+from router.server.errors import error_response, sse_error_event
 
 log = logging.getLogger(__name__)
 

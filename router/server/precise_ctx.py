@@ -1,6 +1,6 @@
 """Wiring of precise mode into the app: tokenizers, the exact residency, KV-event feeds.
 
-Feeds follow the pool through its hooks (router/pool_hooks.py): a worker added with
+Feeds follow the pool through its hooks (router/server/pool_hooks.py): a worker added with
 ``kv_events`` is subscribed, a removed one is unsubscribed; static workers' feeds
 (``--kv-events``) are subscribed here at start-up, as precise mode starts after the pool.
 
@@ -16,17 +16,17 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from router.config import RouterConfig
-from router.registry import WorkerRecord
-from router.state import ROUTER
-from router.supervisor import SUPERVISOR
+from router.infra.supervisor import SUPERVISOR
+from router.protocol.registry import WorkerRecord
+from router.server.state import ROUTER
 
 if TYPE_CHECKING:
-    from router.precise.feeds import FeedParams
+    from router.protocol.kv_feed import FeedParams
 
 
 def static_feed_params(config: RouterConfig, endpoints: str) -> FeedParams:
     """'EVENTS_URL[|REPLAY_URL]' of a static worker -> its FeedParams."""
-    from router.precise.feeds import FeedParams
+    from router.protocol.kv_feed import FeedParams
 
     events, _, replay = endpoints.partition("|")
     return FeedParams(events, replay or None, config.kv_events_topic,
@@ -35,7 +35,7 @@ def static_feed_params(config: RouterConfig, endpoints: str) -> FeedParams:
 
 def record_feed_params(record: WorkerRecord) -> FeedParams | None:
     """A registry worker's advertised KV events, or None if it publishes none."""
-    from router.precise.feeds import FeedParams
+    from router.protocol.kv_feed import FeedParams
 
     if not record.kv_events_endpoint or record.extra.get("hash_algo", "sha256_cbor") \
             != "sha256_cbor":

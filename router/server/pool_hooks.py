@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from router.workers import Worker
+from router.fleet.workers import Worker
 
 if TYPE_CHECKING:
-    from router.state import RouterState
+    from router.server.state import RouterState
 
 
 def install(state: RouterState) -> None:
