@@ -257,8 +257,8 @@ async def test_admin_removal_stops_the_feed_and_forgets_the_worker(
 
 async def test_registry_workers_get_a_feed_with_their_own_hash_parameters(
         redis_server, tokenizer_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    from router.protocol import registry
     from router.infra.redis_client import make_client
+    from router.protocol import registry
     from router.protocol.kv_feed import FeedParams
     from router.protocol.registry import WorkerRecord
 
@@ -288,8 +288,8 @@ async def test_discovery_removal_goes_through_the_same_hooks(
         upstreams: list[Upstream]) -> None:
     """A registry worker whose heartbeat lapses leaves like an admin-removed one: feed
     stopped, exact, shared (Redis) and local residency forgotten, replicas dropped."""
-    from router.protocol import registry
     from router.infra.redis_client import make_client
+    from router.protocol import registry
     from router.protocol.registry import WorkerRecord
 
     events, replay = free_port(), free_port()

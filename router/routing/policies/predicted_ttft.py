@@ -11,10 +11,11 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
   or not (``warm``): it consolidates the context rather than scattering it;
 - otherwise, when home is slower by more than the slack, the faster worker becomes one
   more replica (``replicate``), and unused replicas decay. The slack is ``slack_s`` plus
-  ``slack_ratio`` of the faster worker's TTFT plus ``replicate_cost`` times the prefill
-  the move adds to the fleet (the context's cached tokens home has and the other lacks,
-  at the other's rate): a copy of a hot document is computed only when the time it saves
-  this request exceeds the work it costs everyone queued behind it.
+  ``slack_ratio`` of the faster worker's TTFT plus the prefill the move adds to the fleet
+  (the context's tokens home holds warm and the other must compute, at the other's rate)
+  priced at ``replicate_cost`` x (1 + the mean number of requests waiting per worker): a
+  copy of a hot document is computed only when the time it saves this request exceeds
+  the delay its extra work causes everyone queued behind it, which grows with load.
 The bounded-load guard stays hard: no candidate over ceil((1+eps)(L+1)/n) + margin is
 chosen while another is under it.
 """
@@ -76,7 +77,7 @@ class PredictedTTFT:
         # a merely less busy one must beat the slack, or contexts would scatter
         best = min(eligible, key=_ttft)
         if best.ttft_s * (1 + self.slack_ratio) + self.slack_s \
-                + self.replicate_cost * _extra_prefill_s(best, choice) < choice.ttft_s:
+                + self._work_price(candidates) * _extra_prefill_s(best, choice) < choice.ttft_s:
             reason = "warm" if best.matched_blocks > stay.matched_blocks else "replicate"
             choice = best
         if choice is stay and reason == "warm" and stay.matched_blocks == 0:
@@ -86,6 +87,13 @@ class PredictedTTFT:
         rest = heapq.nsmallest(self.depth - 1, (c for c in candidates if c is not choice),
                                key=lambda c: (c.id not in allowed, c.ttft_s))
         return Decision([choice, *rest], reason, replicas)
+
+    def _work_price(self, candidates: Sequence[Candidate]) -> float:
+        """Seconds of everyone's waiting per second of prefill added: added work delays the
+        requests queued behind it, about 1 + the mean queue (requests before their first
+        byte) per worker, as in a busy M/M/1 queue; ``replicate_cost`` scales it."""
+        waiting = sum(c.worker.cost.pending for c in candidates) / len(candidates)
+        return self.replicate_cost * (1.0 + waiting)
 
     def _ring_owner(self, context: str, candidates: Sequence[Candidate],
                     eligible: Sequence[Candidate]) -> tuple[Candidate, str]:
