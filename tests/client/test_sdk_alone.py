@@ -111,7 +111,7 @@ SDK_SCRIPT = textwrap.dedent("""
 
     url, model = sys.argv[1], sys.argv[2]
     assert "site-packages" in router.client.__file__, router.client.__file__
-    absent = [m for m in ("router.server.app", "router.server.state", "redis", "prometheus_client",
+    absent = [m for m in ("router.server", "router.routing", "redis", "prometheus_client",
                           "uhashring", "yaml", "uvloop") if importlib.util.find_spec(m)]
     docs = [f"Document {i} on installing the SDK alone. " * 30 for i in range(3)]
     with ContextClient(url) as sdk:
