@@ -55,6 +55,7 @@ class SimServer:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/version", self.version)
+        app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         return app
 
     # -- simple endpoints ----------------------------------------------------------
@@ -63,6 +64,12 @@ class SimServer:
 
     async def version(self, _: web.Request) -> web.Response:
         return _json({"version": "prefix-sim"})
+
+    async def reset_prefix_cache(self, _: web.Request) -> web.Response:
+        """vLLM's dev-mode endpoint: drop every cached block (an eviction, on demand)."""
+        if not self.engine.kv.reset_prefix_cache():
+            return web.Response(status=400, text="requests are running; not reset")
+        return web.Response(status=200)
 
     async def metrics(self, _: web.Request) -> web.Response:
         return web.Response(body=self.engine.metrics.render(),

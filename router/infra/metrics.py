@@ -63,9 +63,10 @@ class RouterMetrics:
                                      "engines reported cached (usage.prompt_tokens_details"
                                      ".cached_tokens)", registry=r)
         self.cache_prediction_error = Histogram(
-            "prefix_router_cache_prediction_error_ratio", "(predicted - actual cached tokens) "
-            "/ prompt tokens per answer: the router's routing precision",
-            buckets=(-1, -0.5, -0.25, -0.1, -0.02, 0.02, 0.1, 0.25, 0.5, 1), registry=r)
+            "prefix_router_cache_prediction_error_ratio", "|predicted - actual cached tokens| "
+            "/ prompt tokens per answer: the router's routing precision (the direction is in "
+            "the predicted and actual totals)",
+            buckets=(0.02, 0.05, 0.1, 0.25, 0.5, 0.75, 1), registry=r)
         self.residency_corrections = Counter("prefix_router_residency_corrections", "Answers "
                                              "whose engine found cold a prefix predicted warm "
                                              "(residency older than it was dropped)",

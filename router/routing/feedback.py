@@ -50,7 +50,7 @@ class CacheFeedback:
         m = self._metrics
         m.cached_predicted.inc(predicted)
         m.cached_actual.inc(actual)
-        m.cache_prediction_error.observe((predicted - actual) / max(1, usage.prompt_tokens))
+        m.cache_prediction_error.observe(abs(predicted - actual) / max(1, usage.prompt_tokens))
         if attempt.stream and attempt.first_byte_s is not None:
             computed = attempt.ahead_tokens + max(0, usage.prompt_tokens - actual)
             worker.cost.prefill.observe(computed, attempt.first_byte_s)
