@@ -26,7 +26,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from bench.workloads.base import BenchRequest, context_hash
+from bench.workloads.base import BenchRequest, context_hash, in_arrival_order
 from bench.workloads.text import block_text, words
 
 
@@ -98,10 +98,4 @@ def generate(cfg: AgenticConfig) -> list[BenchRequest]:
             history += words(action, rng) + words(result, rng)
             tokens += action + result
             t += out * cfg.answer_s_per_token + _log_uniform(rng, *cfg.tool_latency_s)
-    pending.sort(key=lambda r: r.arrival_s)
-    if cfg.count is not None:
-        pending = pending[:cfg.count]
-    return [BenchRequest(index=i, arrival_s=r.arrival_s, prompt=r.prompt,
-                         prompt_tokens=r.prompt_tokens, max_tokens=r.max_tokens,
-                         context_hash=r.context_hash, group=r.group)
-            for i, r in enumerate(pending)]
+    return in_arrival_order(pending, cfg.count)

@@ -26,3 +26,14 @@ class BenchRequest:
 def context_hash(context: str) -> str:
     """The SDK's contract (README, "The key contract"): sha256 of the context, 16 hex chars."""
     return hashlib.sha256(context.encode()).hexdigest()[:16]
+
+
+def in_arrival_order(pending: list[BenchRequest], count: int | None) -> list[BenchRequest]:
+    """Sort generated requests by arrival, keep the first ``count``, number them in order."""
+    pending = sorted(pending, key=lambda r: r.arrival_s)
+    if count is not None:
+        pending = pending[:count]
+    return [BenchRequest(index=i, arrival_s=r.arrival_s, prompt=r.prompt,
+                         prompt_tokens=r.prompt_tokens, max_tokens=r.max_tokens,
+                         context_hash=r.context_hash, group=r.group)
+            for i, r in enumerate(pending)]

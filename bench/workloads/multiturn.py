@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from bench.workloads.base import BenchRequest, context_hash
+from bench.workloads.base import BenchRequest, context_hash, in_arrival_order
 from bench.workloads.text import block_text, words
 
 
@@ -51,10 +51,4 @@ def generate(cfg: MultiturnConfig) -> list[BenchRequest]:
             history += words(a, rng)
             tokens += a
             t += a * 0.01 + rng.expovariate(1.0 / cfg.think_s)
-    pending.sort(key=lambda r: r.arrival_s)
-    if cfg.count is not None:
-        pending = pending[:cfg.count]
-    return [BenchRequest(index=i, arrival_s=r.arrival_s, prompt=r.prompt,
-                         prompt_tokens=r.prompt_tokens, max_tokens=r.max_tokens,
-                         context_hash=r.context_hash, group=r.group)
-            for i, r in enumerate(pending)]
+    return in_arrival_order(pending, cfg.count)

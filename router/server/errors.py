@@ -5,6 +5,8 @@ from __future__ import annotations
 import orjson
 from aiohttp import web
 
+from router.routing.errors import Rejected
+
 _TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -52,15 +54,10 @@ async def openai_errors(request: web.Request, handler):  # type: ignore[no-untyp
         return error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
 
 
-class RequestError(Exception):
-    """A request the router answers itself, before any worker sees it."""
+class RequestError(Rejected):
+    """A request the router answers itself, before any worker sees it (the edge's own
+    refusals; routing's are ``Rejected``, rendered the same way)."""
 
-    def __init__(self, status: int, message: str, code: str,
-                 retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.retry_after = retry_after
 
-    def response(self, headers: dict[str, str]) -> web.Response:
-        return error_response(self.status, str(self), self.code, self.retry_after, headers)
+def rejection_response(exc: Rejected, headers: dict[str, str]) -> web.Response:
+    return error_response(exc.status, str(exc), exc.code, exc.retry_after, headers)

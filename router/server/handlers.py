@@ -25,7 +25,7 @@ from router.routing.errors import Rejected
 from router.routing.policies.base import Decision
 from router.routing.request import RoutingRequest
 from router.server import request_id as request_ids
-from router.server.errors import RequestError
+from router.server.errors import RequestError, rejection_response
 from router.server.state import ROUTER
 
 PromptReader = Callable[[dict[str, Any]], bytes]
@@ -73,11 +73,8 @@ async def _route(request: web.Request, path: str,
                                          candidates)
             await pipeline.annotate(routing, candidates)
             decision = pipeline.rank(routing, candidates)
-    except Rejected as exc:
-        return RequestError(exc.status, str(exc), exc.code, exc.retry_after).response(
-            {"X-Request-Id": request_id})
-    except RequestError as exc:
-        return exc.response({"X-Request-Id": request_id})
+    except Rejected as exc:  # RequestError is one too
+        return rejection_response(exc, {"X-Request-Id": request_id})
 
     assert state.proxy is not None
     outcome = await state.proxy.forward(
