@@ -26,10 +26,10 @@ import time
 
 import aiohttp
 
-from engine_worker import vllm_metrics
 from engine_worker.command import VllmCommand, build
 from engine_worker.config import WorkerConfig
 from engine_worker.registration import Registration
+from router.protocol import vllm_metrics
 from router.protocol.registry import WorkerRecord
 
 log = logging.getLogger(__name__)

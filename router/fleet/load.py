@@ -32,8 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
-import re
 import time
 import uuid
 from typing import Protocol
@@ -42,10 +40,11 @@ import aiohttp
 from redis.asyncio import Redis
 
 from router.config import RouterConfig
-from router.fleet.engine_cost import observe_engine, parse_engine_gauges
+from router.fleet.engine_cost import observe_engine
 from router.fleet.workers import Worker, WorkerPool
 from router.infra.metrics import RouterMetrics
 from router.infra.redis_client import timed
+from router.protocol import vllm_metrics
 
 
 class LoadHost(Protocol):
@@ -66,44 +65,6 @@ log = logging.getLogger(__name__)
 
 SAMPLES = 8  # in-flight samples per publish period
 ALPHA = 0.25  # EWMA weight of the newest engine scrape
-ENGINE_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-
-
-def parse_engine_load(text: str) -> int | None:
-    """Sum of the engine's running and waiting gauges (all label sets); None if absent."""
-    total = 0.0
-    seen = False
-    for line in text.splitlines():
-        if not line.startswith(ENGINE_GAUGES):
-            continue
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name not in ENGINE_GAUGES:
-            continue  # e.g. vllm:num_requests_running_total
-        try:
-            value = float(line.rsplit(" ", 1)[1])
-        except (IndexError, ValueError):
-            continue
-        if not math.isfinite(value):
-            continue  # NaN or Inf: no count of requests
-        total += value
-        seen = True
-    return round(total) if seen else None
-
-
-_CACHE_CONFIG = re.compile(r'^vllm:cache_config_info\{([^}]*)\}', re.M)
-_LABEL = re.compile(r'(\w+)="([^"]*)"')
-
-
-def parse_kv_capacity(text: str) -> tuple[int, int] | None:
-    """(num_gpu_blocks, block_size) from vLLM's ``vllm:cache_config_info``; None if absent."""
-    found = _CACHE_CONFIG.search(text)
-    if found is None:
-        return None
-    labels = dict(_LABEL.findall(found.group(1)))
-    try:
-        return int(labels["num_gpu_blocks"]), int(labels["block_size"])
-    except (KeyError, ValueError):
-        return None
 
 
 class LoadView:
@@ -280,12 +241,9 @@ class Scraper:
                 ours = worker.in_flight  # as close to the engine's sampling moment as we get
         except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
             return
-        value = parse_engine_load(text)
-        if value is not None:
-            self._view.observe_engine(worker.id, value - ours)
-        gauges = parse_engine_gauges(text)
-        if gauges is not None:
-            observe_engine(worker, gauges, self._state.mean_uncached)
-        capacity = parse_kv_capacity(text)
-        if capacity is not None:
-            self._state.apply_capacity(worker, *capacity)
+        stats = vllm_metrics.parse(text)
+        if stats.has_queue:
+            self._view.observe_engine(worker.id, stats.in_flight - ours)
+            observe_engine(worker, stats, self._state.mean_uncached)
+        if stats.capacity_blocks is not None and stats.block_size is not None:
+            self._state.apply_capacity(worker, stats.capacity_blocks, stats.block_size)

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from engine_worker import vllm_metrics
 from engine_worker.cli import parse
 from engine_worker.command import build
 from engine_worker.config import WorkerConfig
+from router.protocol import vllm_metrics
 from tests.support import REPO, free_port, stop
 
 PROFILES = sorted((REPO / "lmcache_config").glob("*.yaml"))

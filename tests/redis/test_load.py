@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from router.config import RouterConfig
-from router.fleet.load import LoadSharer, LoadView, parse_engine_load, parse_kv_capacity
+from router.fleet.load import LoadSharer, LoadView
 from router.infra.redis_client import make_client
+from router.protocol import vllm_metrics
 from router.server.app import build_app
 from router.server.state import ROUTER, RouterState
 
@@ -50,8 +51,8 @@ def test_engine_scrape_is_smoothed_and_net_of_our_own() -> None:
             'vllm:num_requests_running{model_name="m"} 4.0\n'
             'vllm:num_requests_waiting{model_name="m"} 2.0\n'
             'vllm:num_requests_running_total 99\n')
-    assert parse_engine_load(text) == 6
-    assert parse_engine_load("other 1\n") is None
+    assert vllm_metrics.parse(text).in_flight == 6
+    assert not vllm_metrics.parse("other 1\n").has_queue
     state = build_app(RouterConfig(workers=WORKERS))[ROUTER]
     view = LoadView(state)
     view.observe_engine("w0", 1)  # one request caught once: noise, rounds away
@@ -67,15 +68,29 @@ async def test_engine_kv_capacity_caps_residency() -> None:
     """A scraped ``vllm:cache_config_info`` caps the worker's tracked blocks (no config)."""
     text = ('vllm:cache_config_info{block_size="16",enable_prefix_caching="True",'
             'num_gpu_blocks="1000"} 1.0\n')
-    assert parse_kv_capacity(text) == (1000, 16)
-    assert parse_kv_capacity("vllm:num_requests_running 0\n") is None
+    stats = vllm_metrics.parse(text)
+    assert (stats.capacity_blocks, stats.block_size) == (1000, 16)
+    assert vllm_metrics.parse("vllm:num_requests_running 0\n").capacity_blocks is None
     state = build_app(RouterConfig(workers=WORKERS))[ROUTER]
     worker = state.pool.get("w0")
     assert worker is not None
-    state.apply_capacity(worker, *parse_kv_capacity(text))  # type: ignore[misc]
+    state.apply_capacity(worker, 1000, 16)
     chain = tuple(i.to_bytes(8, "big") for i in range(1, 400))
     state.residency.record("w0", chain)
     await asyncio.sleep(0)
-    # 1,000 blocks x 16 tokens x 4 chars / 256-char blocks = 250 chain blocks kept, the head
+    # 1,000 blocks x 16 tokens x 4 bytes (before any usage is learned) / 256-byte blocks
+    # = 250 chain blocks kept, the head
     assert state.residency.resident_blocks("w0") == 250  # type: ignore[attr-defined]
     assert (await state.residency.match(chain, ["w0"]))["w0"] == 250
+
+
+def test_a_data_parallel_worker_counts_every_engine() -> None:
+    """One series per engine: capacity and queues are summed, usage averaged."""
+    text = "".join(
+        f'vllm:cache_config_info{{block_size="16",engine="{e}",num_gpu_blocks="1000"}} 1.0\n'
+        f'vllm:num_requests_running{{engine="{e}"}} {e + 1}\n'
+        f'vllm:num_requests_waiting{{engine="{e}"}} 1\n'
+        f'vllm:kv_cache_usage_perc{{engine="{e}"}} {0.2 * (e + 1)}\n' for e in range(2))
+    stats = vllm_metrics.parse(text + "vllm:num_requests_waiting NaN\n")
+    assert (stats.capacity_blocks, stats.running, stats.waiting) == (2000, 3, 2)
+    assert abs(stats.kv_usage - 0.3) < 1e-9
