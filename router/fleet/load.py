@@ -92,6 +92,7 @@ class LoadView:
             shared = self.others_cost.get(worker.id, (0.0, 0.0)) if others_fresh else (0.0, 0.0)
             cost = worker.cost
             cost.shared_pending_tokens, cost.shared_decoding = shared
+            cost.prefill.refresh()
             metrics = self._state.metrics
             metrics.pending_prefill.labels(worker.id).set(cost.queued_tokens())
             metrics.decode_load.labels(worker.id).set(cost.decode_load())

@@ -38,9 +38,11 @@ class RouterState:
     health: HealthChecker | None = None
     redis: Redis | None = None  # shared client when ``config.redis_url`` is set
     precise: PreciseMatcher | None = None  # set when --tokenizers names any model
+    prefill: PrefillModel = field(default_factory=PrefillModel)  # the fleet's line
     replica_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this router replica
 
     def __post_init__(self) -> None:
+        self.prefill = PrefillModel(seed_rate=self.config.prefill_rate)
         install_pool_hooks(self)  # a worker leaving the pool leaves everything else too
 
     @property
@@ -66,7 +68,7 @@ class RouterState:
         cfg = self.config
         return Worker(id=worker_id, url=url, models=models, source=source,
                       breaker=CircuitBreaker(cfg.breaker_threshold, cfg.breaker_cooldown_s),
-                      cost=WorkerCost(prefill=PrefillModel(seed_rate=cfg.prefill_rate)))
+                      cost=WorkerCost(prefill=self.prefill.child()))
 
 
 ROUTER = web.AppKey("router", RouterState)
