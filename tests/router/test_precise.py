@@ -7,6 +7,7 @@ are published by hand, so the expected match is known exactly.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -72,18 +73,20 @@ async def eventually(check, within_s: float = 20.0) -> None:
         await asyncio.sleep(0.02)
 
 
-@pytest.fixture
-async def precise(tokenizer_dir: Path, upstreams: list[Upstream]
-                  ) -> AsyncIterator[tuple[TestClient, dict[str, FakePublisher]]]:
+@contextlib.asynccontextmanager
+async def feeds_app(upstreams: list[Upstream], tokenizer_model: str, tokenizer_dir: Path,
+                    **settings: object
+                    ) -> AsyncIterator[tuple[TestClient, dict[str, FakePublisher]]]:
+    """The router in process before ``upstreams``, each with a live KV-event publisher."""
     ports = {u.name: (free_port(), free_port()) for u in upstreams}
     pubs = {name: FakePublisher(f"tcp://127.0.0.1:{p}", f"tcp://127.0.0.1:{r}", topic="kv-events")
             for name, (p, r) in ports.items()}
     config = RouterConfig(
         workers=tuple((u.name, u.url) for u in upstreams),
-        tokenizers=((MODEL, str(tokenizer_dir)),), precise_block_size=BLOCK,
+        tokenizers=((tokenizer_model, str(tokenizer_dir)),), precise_block_size=BLOCK,
         kv_events=tuple((n, f"tcp://127.0.0.1:{p}|tcp://127.0.0.1:{r}")
                         for n, (p, r) in ports.items()),
-        health_interval_s=0.2)
+        health_interval_s=0.2, **settings)  # type: ignore[arg-type]
     for pub in pubs.values():
         await pub.__aenter__()
     client = TestClient(TestServer(build_app(config)))
@@ -94,6 +97,13 @@ async def precise(tokenizer_dir: Path, upstreams: list[Upstream]
         await client.close()
         for pub in pubs.values():
             await pub.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def precise(tokenizer_dir: Path, upstreams: list[Upstream]
+                  ) -> AsyncIterator[tuple[TestClient, dict[str, FakePublisher]]]:
+    async with feeds_app(upstreams, MODEL, tokenizer_dir) as app:
+        yield app
 
 
 async def test_routes_to_the_worker_whose_events_hold_the_prompt(
@@ -212,25 +222,9 @@ async def admin_feeds(tokenizer_dir: Path, upstreams: list[Upstream]
                       ) -> AsyncIterator[tuple[TestClient, dict[str, FakePublisher]]]:
     """Static workers with KV-event feeds, the admin API on; MODEL has no tokenizer, so its
     requests route on text and leave text residency and replicas behind as well."""
-    ports = {u.name: (free_port(), free_port()) for u in upstreams}
-    pubs = {name: FakePublisher(f"tcp://127.0.0.1:{p}", f"tcp://127.0.0.1:{r}", topic="kv-events")
-            for name, (p, r) in ports.items()}
-    config = RouterConfig(
-        workers=tuple((u.name, u.url) for u in upstreams), admin_token="s3cret",
-        tokenizers=(("another-model", str(tokenizer_dir)),), precise_block_size=BLOCK,
-        kv_events=tuple((n, f"tcp://127.0.0.1:{p}|tcp://127.0.0.1:{r}")
-                        for n, (p, r) in ports.items()),
-        health_interval_s=0.2)
-    for pub in pubs.values():
-        await pub.__aenter__()
-    client = TestClient(TestServer(build_app(config)))
-    await client.start_server()
-    try:
-        yield client, pubs
-    finally:
-        await client.close()
-        for pub in pubs.values():
-            await pub.__aexit__(None, None, None)
+    async with feeds_app(upstreams, "another-model", tokenizer_dir,
+                         admin_token="s3cret") as app:
+        yield app
 
 
 async def test_admin_removal_stops_the_feed_and_forgets_the_worker(

@@ -1,0 +1,74 @@
+"""``python -m bench.spread NAME-1 NAME-2 ...``: one table of several runs of a comparison.
+
+Each cell is the runs' values side by side (``a / b``), so the run-to-run spread is read
+off the table itself; the last columns check issue 11's acceptance for the first policy
+(default: predicted_ttft) against the best other policy, run by run, in client-side TTFT
+and in the engines' own TTFT (which excludes a bench-side shim's cost, as Dynamo's).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+RESULTS = Path(__file__).resolve().parent / "results"
+CANDIDATE = "predicted_ttft"
+
+
+def load(name: str) -> dict[str, dict[str, Any]]:
+    out = {}
+    for path in sorted(RESULTS.glob(f"{name}-*.json")):
+        policy = path.stem[len(name) + 1:]
+        if policy in ("summary",):
+            continue
+        out[policy] = orjson.loads(path.read_bytes())
+    return out
+
+
+def _fmt(values: list[float | None], spec: str, scale: float = 1.0) -> str:
+    return " / ".join("–" if v is None else format(v * scale, spec) for v in values)
+
+
+def table(names: list[str]) -> str:
+    runs = [load(n) for n in names]
+    policies = [p for p in runs[0] if all(p in r for r in runs)]
+    policies.sort(key=lambda p: (p != CANDIDATE, p))
+    lines = [f"runs: {', '.join(names)} (each cell: run 1 / run 2 ...)", "",
+             "| policy | hit rate % | % of fleet-LRU bound | TTFT p50 | TTFT p90 | TTFT p99 | "
+             "engine TTFT p50 | engine p90 | engine p99 | max/mean busy | max/mean req |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in policies:
+        rs = [r[p] for r in runs]
+        lines.append("| " + " | ".join([
+            p, _fmt([x["hit_rate"] for x in rs], ".1f", 100),
+            _fmt([x["hit_rate"] / x["bounds"]["fleet_lru_hit_rate"] for x in rs], ".0f", 100),
+            *(_fmt([x["ttft_ms"][q] for x in rs], ".0f") for q in ("p50", "p90", "p99")),
+            *(_fmt([x["worker_ttft_ms"][q] for x in rs], ".0f") for q in ("p50", "p90", "p99")),
+            _fmt([x["load"]["busy_max_over_mean"] for x in rs], ".2f"),
+            _fmt([x["load"]["requests_max_over_mean"] for x in rs], ".2f")]) + " |")
+    lines += ["", "Acceptance for `predicted_ttft`, run by run (ratio to the best other policy "
+              "at each percentile; <= 1.00 meets it):", ""]
+    for name, r in zip(names, runs, strict=True):
+        if CANDIDATE not in r:
+            continue
+        me, others = r[CANDIDATE], {p: x for p, x in r.items() if p != CANDIDATE}
+        cells = []
+        for field in ("ttft_ms", "worker_ttft_ms"):
+            for q in ("p50", "p90", "p99"):
+                vals = {p: x[field][q] for p, x in others.items() if x[field][q] is not None}
+                best = min(vals, key=vals.get)  # type: ignore[arg-type]
+                cells.append(f"{'engine ' if field != 'ttft_ms' else ''}{q} "
+                             f"{me[field][q] / vals[best]:.2f} (best other: {best})")
+        bound = me["bounds"]["fleet_lru_hit_rate"]
+        cells.append(f"hit rate {me['hit_rate'] / bound:.0%} of the bound")
+        busy = me["load"]["busy_max_over_mean"]
+        cells.append(f"max/mean busy {busy:.2f}" if busy is not None else "busy n/a")
+        lines.append(f"- {name}: " + "; ".join(cells))
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(table(sys.argv[1:]))
