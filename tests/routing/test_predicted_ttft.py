@@ -128,6 +128,9 @@ def test_a_hot_context_gains_a_replica_and_later_loses_it() -> None:
     req = request("hot-doc")
     home = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
     assert set(replicas.live("hot-doc")) == {home}
+    for _ in range(2):  # requests keep coming: the document is hot
+        policy.rank(req, annotate(workers, req, {home: 3900}, {}))
+    assert replicas.is_hot("hot-doc")
     # the home holds the document but its queue is 2 s deep: one more replica
     hot = policy.rank(req, annotate(workers, req, {home: 3900}, {home: 40_000}))
     second = hot.ranked[0].id
@@ -141,3 +144,14 @@ def test_a_hot_context_gains_a_replica_and_later_loses_it() -> None:
     clock.now = 45.0
     policy.rank(req, annotate(workers, req, {home: 3900}, {}))
     assert set(replicas.live("hot-doc")) == {home}
+
+
+def test_a_context_that_is_not_hot_keeps_its_warm_home() -> None:
+    """A conversation's next turn: moving it would recompute its history elsewhere."""
+    policy = PredictedTTFT()
+    workers = pool(4)
+    req = request("conversation", tokens=12_000)
+    home = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
+    turn = policy.rank(req, annotate(workers, req, {home: 11_500}, {home: 40_000}))
+    assert not policy.replicas.is_hot("conversation")
+    assert turn.ranked[0].id == home

@@ -25,6 +25,7 @@ class PolicyKnobs:
     slack_ratio: float = 0.25
     replicate_cost: float = 1.0
     replica_idle_s: float = 30.0
+    hot_requests: int = 3
     min_match: int = 1
     warm_ratio: float = 0.5
 
@@ -34,7 +35,8 @@ def make_policy(name: str, knobs: PolicyKnobs | None = None) -> Policy:
     if name == "predicted_ttft":
         return PredictedTTFT(epsilon=k.epsilon, margin=k.margin, slack_s=k.slack_s,
                              slack_ratio=k.slack_ratio, replicate_cost=k.replicate_cost,
-                             replicas=ReplicaSets(idle_s=k.replica_idle_s))
+                             replicas=ReplicaSets(idle_s=k.replica_idle_s,
+                                                 hot_uses=k.hot_requests))
     if name == "prefix_aware":
         return PrefixAware(epsilon=k.epsilon, min_match=k.min_match, warm_ratio=k.warm_ratio)
     if name == "llmd_weighted":

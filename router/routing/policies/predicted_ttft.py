@@ -9,8 +9,10 @@ none. The request stays home unless some worker is predicted faster by more than
 slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
 - a worker that holds more of the prompt than home and is predicted faster wins, slack
   or not (``warm``): it consolidates the context rather than scattering it;
-- otherwise, when home is slower by more than the slack, the faster worker becomes one
-  more replica (``replicate``), and unused replicas decay. The slack is ``slack_s`` plus
+- otherwise, when home is slower by more than the slack, the faster worker takes it; if
+  home held more of the prompt, that makes a copy, so only a *hot* context (replicas.py)
+  gains one (``replicate``): a conversation keeps its warm home. Unused replicas decay.
+  The slack is ``slack_s`` plus
   ``slack_ratio`` of the faster worker's TTFT plus the prefill the move adds to the fleet
   (the context's tokens home holds warm and the other must compute, at the other's rate)
   priced at ``replicate_cost`` x (1 + the mean number of requests waiting per worker): a
@@ -76,7 +78,9 @@ class PredictedTTFT:
             choice, reason = closest, "warm"
         # a merely less busy one must beat the slack, or contexts would scatter
         best = min(eligible, key=_ttft)
-        if best.ttft_s * (1 + self.slack_ratio) + self.slack_s \
+        copies = best.matched_blocks < choice.matched_blocks  # leaving a warmer worker
+        if (not copies or self.replicas.is_hot(context)) and \
+                best.ttft_s * (1 + self.slack_ratio) + self.slack_s \
                 + self._work_price(candidates) * _extra_prefill_s(best, choice) < choice.ttft_s:
             reason = "warm" if best.matched_blocks > stay.matched_blocks else "replicate"
             choice = best
