@@ -8,7 +8,8 @@ In-process use (no HTTP)::
 """
 
 from engine_worker.sim.clock import ScaledClock, VirtualClock
-from engine_worker.sim.engine import Engine, EngineConfig, EngineCounters
+from engine_worker.sim.engine import Engine
+from engine_worker.sim.engine_config import EngineConfig, EngineCounters
 from engine_worker.sim.profiles import Profile, load_profile
 from engine_worker.sim.request import RequestHandle, RequestStats, TokenEvent
 

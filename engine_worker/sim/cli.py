@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from aiohttp import web
 
 from engine_worker.sim.clock import ScaledClock
-from engine_worker.sim.engine import Engine, EngineConfig
+from engine_worker.sim.engine import Engine
+from engine_worker.sim.engine_config import EngineConfig
 from engine_worker.sim.profiles import load_profile
 from engine_worker.sim.server import Faults, SimServer
 from engine_worker.sim.tokenizer import load_tokenizer

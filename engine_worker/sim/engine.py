@@ -15,11 +15,11 @@ import contextlib
 import itertools
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from engine_worker.sim import textgen
 from engine_worker.sim.clock import Clock, VirtualClock
 from engine_worker.sim.cpu_tier import CpuTier
+from engine_worker.sim.engine_config import EngineConfig, EngineCounters
 from engine_worker.sim.events import KVEvent
 from engine_worker.sim.hashing import BlockHasher
 from engine_worker.sim.kv_cache import KVCacheManager
@@ -27,36 +27,6 @@ from engine_worker.sim.metrics import EngineMetrics
 from engine_worker.sim.profiles import Profile, load_profile
 from engine_worker.sim.request import Request, RequestHandle, RequestStats, Seq, TokenEvent
 from engine_worker.sim.roofline import StepCost, step_seconds
-
-
-@dataclass
-class EngineConfig:
-    model_name: str = "sim-model"
-    block_size: int = 16
-    num_gpu_blocks: int | None = None       # None: derived from the profile
-    gpu_memory_utilization: float = 0.9
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
-    max_model_len: int | None = None        # None: the profile's
-    preemption_mode: str = "recompute"      # or "swap"
-    cpu_offload_gb: float = 0.0
-    hash_algo: str = "sha256_cbor"
-    hash_seed: str | None = None            # None: PYTHONHASHSEED, else random (as vLLM)
-    seed: int = 0
-
-
-@dataclass
-class EngineCounters:
-    """Running totals, for in-process users (the same numbers /metrics exposes)."""
-
-    prefix_queries: int = 0
-    prefix_hits: int = 0
-    external_hits: int = 0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    preemptions: int = 0
-    finished: int = 0
-    steps: int = 0
 
 
 class Engine:
