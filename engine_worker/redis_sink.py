@@ -30,14 +30,17 @@ class RedisExactSink:
         self._prefix = prefix
         self._ttl_ms = int(ttl_s * 1000)
 
-    async def stored(self, worker_id: str, block_hashes: list[BlockHash]) -> None:
+    async def stored(self, worker_id: str, block_hashes: list[BlockHash],
+                     medium: str | None = None) -> None:
+        """GPU residency only: the launcher subscribes with the default (GPU) media."""
         key = exact_key(self._prefix, worker_id)
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.sadd(key, *(block_key(h) for h in block_hashes))
             pipe.pexpire(key, self._ttl_ms)
             await pipe.execute()
 
-    async def removed(self, worker_id: str, block_hashes: list[BlockHash]) -> None:
+    async def removed(self, worker_id: str, block_hashes: list[BlockHash],
+                      medium: str | None = None) -> None:
         await self._redis.srem(exact_key(self._prefix, worker_id),
                                *(block_key(h) for h in block_hashes))
 

@@ -73,6 +73,9 @@ class RouterConfig:
                                  "stops counting as its home", *_POSITIVE)
     prefill_rate: float = _opt(20000.0, "prefill tokens/s assumed for a worker before it has "
                                "answered (then learned from its answers)", *_POSITIVE)
+    offload_weight: float = _opt(0.9, "precise mode: a block in an offload tier (CPU, disk) "
+                                 "counts as this share of a cached block",
+                                 lambda v: 0 <= v <= 1, "must be in [0, 1]")
     decode_penalty_ms: float = _opt(1.0, "predicted TTFT added per request decoding on the "
                                     "worker", *_NON_NEGATIVE)
     min_match: int = _opt(1, "blocks a resident prefix must cover to count as warm", *_POSITIVE)

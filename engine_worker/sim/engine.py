@@ -44,11 +44,12 @@ class Engine:
             cfg.block_size, cfg.gpu_memory_utilization)
         self.hasher = BlockHasher(cfg.block_size, cfg.hash_algo, cfg.hash_seed)
         block_bytes = cfg.block_size * self.profile.model.kv_bytes_per_token
-        self.cpu_tier = CpuTier(int(cfg.cpu_offload_gb * 1e9 // block_bytes))
+        self.cpu_tier = CpuTier(int(cfg.cpu_offload_gb * 1e9 // block_bytes), cfg.block_size)
         listeners = list(kv_listeners)
         if self.cpu_tier.capacity_blocks:
             listeners.append(self.cpu_tier.on_gpu_event)
         self.kv = KVCacheManager(num_blocks, self.hasher, listeners)
+        self.cpu_tier.emit = self.kv.publish  # the tier's events reach the same listeners
         self.max_model_len = cfg.max_model_len or self.profile.model.max_model_len
         self.metrics = EngineMetrics(cfg.model_name, cfg.block_size, num_blocks)
         self.counters = EngineCounters()

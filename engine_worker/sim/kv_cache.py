@@ -241,3 +241,7 @@ class KVCacheManager:
     def _emit(self, event: KVEvent) -> None:
         for listener in self.listeners:
             listener(event)
+
+    def publish(self, event: KVEvent) -> None:
+        """An event of another tier (the CPU offload), to this cache's listeners."""
+        self._emit(event)

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 
-from router.protocol.kv_contract import BlockHash, ResidencySink, block_key
+from router.protocol.kv_contract import GPU_MEDIA, BlockHash, ResidencySink, block_key
 
 __all__ = ["BlockHash", "ExactResidency", "ResidencySink", "block_key"]
 
@@ -30,15 +30,21 @@ class ExactResidency:
     """
 
     def __init__(self) -> None:
-        self._blocks: dict[str, Counter[int]] = {}
+        self._blocks: dict[str, Counter[int]] = {}  # vLLM's own (GPU) cache
+        self._offload: dict[str, Counter[int]] = {}  # offload tiers (CPU, disk: LMCache)
 
-    async def stored(self, worker_id: str, block_hashes: list[BlockHash]) -> None:
-        counts = self._blocks.setdefault(worker_id, Counter())
+    def _tier(self, medium: str | None) -> dict[str, Counter[int]]:
+        return self._blocks if medium in GPU_MEDIA else self._offload
+
+    async def stored(self, worker_id: str, block_hashes: list[BlockHash],
+                     medium: str | None = None) -> None:
+        counts = self._tier(medium).setdefault(worker_id, Counter())
         for block_hash in block_hashes:
             counts[block_key(block_hash)] += 1
 
-    async def removed(self, worker_id: str, block_hashes: list[BlockHash]) -> None:
-        counts = self._blocks.get(worker_id)
+    async def removed(self, worker_id: str, block_hashes: list[BlockHash],
+                      medium: str | None = None) -> None:
+        counts = self._tier(medium).get(worker_id)
         if counts is None:
             return
         for block_hash in block_hashes:
@@ -54,6 +60,18 @@ class ExactResidency:
     def forget(self, worker_id: str) -> None:
         """Drop a worker that left the pool (synchronous: called from pool bookkeeping)."""
         self._blocks.pop(worker_id, None)
+        self._offload.pop(worker_id, None)
+
+    def match_offloaded(self, worker_id: str, chain: Sequence[BlockHash], start: int) -> int:
+        """Blocks of the chain from ``start`` on (after the GPU hit) held in an offload tier:
+        the engine loads them instead of computing them."""
+        counts = self._offload.get(worker_id)
+        if not counts:
+            return 0
+        for index in range(start, len(chain)):
+            if block_key(chain[index]) not in counts:
+                return index - start
+        return len(chain) - start
 
     def resident(self, worker_id: str) -> frozenset[int]:
         """The worker's resident block keys (a snapshot)."""

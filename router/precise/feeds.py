@@ -20,6 +20,7 @@ import logging
 
 from router.infra.supervisor import Supervisor
 from router.precise.exact import ExactResidency
+from router.protocol.kv_contract import ALL_MEDIA
 from router.protocol.kv_events import KVEventSubscriber
 from router.protocol.kv_feed import FeedParams
 
@@ -48,7 +49,8 @@ class KVEventFeeds:
             return
         self.drop(worker_id)  # a new address is a new engine: its old blocks are gone
         sub = KVEventSubscriber(worker_id, params.endpoint, self.residency,
-                                replay_endpoint=params.replay_endpoint, topic=params.topic)
+                                replay_endpoint=params.replay_endpoint, topic=params.topic,
+                                media=ALL_MEDIA)  # offload tiers weigh in too
         self._params[worker_id] = params
         self._subs[worker_id] = sub
         self._supervisor.start(_task_name(worker_id), sub.run, label="kv-events")

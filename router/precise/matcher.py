@@ -86,3 +86,13 @@ class PreciseMatcher:
             if hit:
                 out[worker_id] = hit
         return out
+
+    def offloaded(self, chain: Sequence[bytes], gpu: Mapping[str, int],
+                  worker_ids: Sequence[str]) -> dict[str, int]:
+        """Blocks after each worker's GPU hit that it holds in an offload tier."""
+        out = {}
+        for worker_id in worker_ids:
+            extra = self.residency.match_offloaded(worker_id, chain, gpu.get(worker_id, 0))
+            if extra:
+                out[worker_id] = extra
+        return out

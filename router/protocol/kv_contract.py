@@ -16,11 +16,19 @@ def block_key(block_hash: BlockHash) -> int:
     return int(block_hash) & LOW_64
 
 
+GPU_MEDIA: frozenset[str | None] = frozenset({"GPU", None})  # vLLM's own cache
+ALL_MEDIA: frozenset[str | None] = frozenset({"GPU", None, "CPU", "CPU_PINNED", "DISK",
+                                              "LOCAL_DISK", "REMOTE"})  # offload tiers too
+
+
 class ResidencySink(Protocol):
-    """Receives one worker's cache changes, in the order the worker made them."""
+    """Receives one worker's cache changes, in the order the worker made them. ``medium``
+    is the event's tier (None or "GPU": vLLM's own cache; "CPU", "DISK", ...: offload)."""
 
-    async def stored(self, worker_id: str, block_hashes: list[BlockHash]) -> None: ...
+    async def stored(self, worker_id: str, block_hashes: list[BlockHash],
+                     medium: str | None = None) -> None: ...
 
-    async def removed(self, worker_id: str, block_hashes: list[BlockHash]) -> None: ...
+    async def removed(self, worker_id: str, block_hashes: list[BlockHash],
+                      medium: str | None = None) -> None: ...
 
     async def cleared(self, worker_id: str) -> None: ...

@@ -35,11 +35,11 @@ import msgpack
 import zmq
 import zmq.asyncio
 
-from router.protocol.kv_contract import BlockHash, ResidencySink
+from router.protocol.kv_contract import GPU_MEDIA, BlockHash, ResidencySink
 
 log = logging.getLogger(__name__)
 END_SEQ = -1
-DEFAULT_MEDIA: frozenset[str | None] = frozenset({"GPU", None})
+DEFAULT_MEDIA = GPU_MEDIA
 
 STORED_FIELDS = ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
                  "medium", "lora_name", "extra_keys", "group_idx")
@@ -235,10 +235,10 @@ class KVEventSubscriber:
         for event in batch.events:
             if isinstance(event, BlockStored):
                 if event.medium in self.media and event.block_hashes:
-                    await self.sink.stored(self.worker_id, event.block_hashes)
+                    await self.sink.stored(self.worker_id, event.block_hashes, event.medium)
             elif isinstance(event, BlockRemoved):
                 if event.medium in self.media and event.block_hashes:
-                    await self.sink.removed(self.worker_id, event.block_hashes)
+                    await self.sink.removed(self.worker_id, event.block_hashes, event.medium)
             else:
                 await self.sink.cleared(self.worker_id)
         self.stats.batches += 1

@@ -11,7 +11,9 @@ from router.fleet.workers import Worker
 class Candidate:
     worker: Worker
     matched_blocks: int = 0  # leading chain blocks resident on the worker
-    cached_tokens: float = 0.0  # predicted prompt tokens the engine will reuse
+    offloaded_blocks: int = 0  # the next ones, held in an offload tier (precise mode)
+    cached_tokens: float = 0.0  # predicted prompt tokens the engine will reuse (offloaded
+    # ones weighted by what loading them saves)
     uncached_tokens: float = 0.0  # what this request adds to the worker's prefill queue
     queued_tokens: float = 0.0  # prefill work ahead of it (every router's and the engine's)
     decode_load: float = 0.0  # requests past their first byte, sharing every engine step

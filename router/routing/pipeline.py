@@ -34,12 +34,14 @@ class PreciseKeyer(Protocol):
 
     def match(self, chain: Any, worker_ids: Any) -> Mapping[str, int]: ...
 
+    def offloaded(self, chain: Any, gpu: Any, worker_ids: Any) -> Mapping[str, int]: ...
+
 
 class Pipeline:
     def __init__(self, pool: WorkerPool, policy: Policy, residency: ResidencyStore,
                  metrics: RouterMetrics, *, block_chars: int, max_blocks: int,
                  key_blocks: int, precise: PreciseKeyer | None = None,
-                 decode_penalty_s: float = 0.001) -> None:
+                 decode_penalty_s: float = 0.001, offload_weight: float = 0.9) -> None:
         self.pool = pool
         self.policy = policy
         self.residency = residency
@@ -51,6 +53,7 @@ class Pipeline:
         self.mean_uncached = 2048.0  # uncached prompt tokens per dispatch (EWMA), to price
         # an engine's queue that no router accounts for (router/fleet/engine_cost.py)
         self._decode_penalty_s = decode_penalty_s
+        self._offload_weight = offload_weight
         self.precise: PreciseKeyer | None = None
         self.signals = build_signals(policy.needs, SignalContext(residency))
         self.use_precise(precise)
@@ -60,7 +63,8 @@ class Pipeline:
         """Precise mode starts with the app (tokenizers, KV-event feeds), after the pipeline."""
         self.precise = precise if "residency" in self.policy.needs else None
         self.signals = build_signals(self.policy.needs, SignalContext(
-            self.residency, exact=self.precise, decode_penalty_s=self._decode_penalty_s))
+            self.residency, exact=self.precise, decode_penalty_s=self._decode_penalty_s,
+            offload_weight=self._offload_weight))
 
     # -- candidates ---------------------------------------------------------------
     def candidates(self, model: str | None) -> list[Candidate]:

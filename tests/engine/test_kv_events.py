@@ -162,3 +162,50 @@ async def test_publisher_restart_resets_and_reconnects() -> None:
                 await asyncio.sleep(0.05)
             assert sub.stats.resets >= 1
             assert not residency.contains(W, 1)
+
+
+async def test_offload_tier_events_land_in_the_offload_tier_and_weigh_in_the_prediction(
+        ) -> None:
+    """vLLM/LMCache announce offloaded blocks with medium "CPU": the router's subscriber
+    keeps them apart from GPU residency, and the residency signal counts them at the
+    offload weight after the GPU hit."""
+    from router.fleet.workers import Worker
+    from router.protocol.kv_contract import ALL_MEDIA
+    from router.residency.memory import MemoryResidency
+    from router.routing.candidate import Candidate
+    from router.routing.keys import RoutingKey
+    from router.routing.request import RoutingRequest
+    from router.routing.signals.base import SignalContext
+    from router.routing.signals.residency import ResidencySignal
+
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    residency = ExactResidency()
+    async with FakePublisher(endpoint) as pub:
+        sub = KVEventSubscriber(W, endpoint, residency, topic="kv", media=ALL_MEDIA)
+        async with subscribed(sub):
+            await synced(pub, sub)
+            await pub.publish([stored([1, 2]), stored([3, 4], medium="CPU")])
+            await until(lambda: residency.match_offloaded(W, [1, 2, 3, 4, 5], 2) == 2)
+            assert residency.match(W, [1, 2, 3, 4]) == 2  # GPU hit unchanged
+            await pub.publish([removed([4], medium="CPU")])
+            await until(lambda: residency.match_offloaded(W, [1, 2, 3, 4], 2) == 1)
+
+    class Exact:  # the two calls PreciseMatcher makes, on the real exact residency
+        def match(self, chain: list[int], ids: list[str]) -> dict[str, int]:
+            return {w: n for w in ids if (n := residency.match(w, chain))}
+
+        def offloaded(self, chain: list[int], gpu: dict[str, int], ids: list[str]
+                      ) -> dict[str, int]:
+            return {w: n for w in ids
+                    if (n := residency.match_offloaded(w, chain, gpu.get(w, 0)))}
+
+    signal = ResidencySignal(SignalContext(MemoryResidency(), exact=Exact(),  # type: ignore[arg-type]
+                                           offload_weight=0.5))
+    chain = tuple(i.to_bytes(8, "big") for i in (1, 2, 3, 9))
+    request = RoutingRequest(RoutingKey("k", chain), prompt_tokens=16 * 4 + 8,
+                             tokens_per_block=16, exact=True)
+    here, elsewhere = Candidate(Worker(id=W, url="http://w")), Candidate(Worker(id="o", url=""))
+    await signal.annotate(request, [here, elsewhere])
+    assert (here.matched_blocks, here.offloaded_blocks) == (2, 1)
+    assert here.cached_tokens == 2 * 16 + 0.5 * 16  # GPU blocks, then half an offloaded one
+    assert elsewhere.cached_tokens == 0

@@ -16,12 +16,19 @@ class ExactMatcher(Protocol):
 
     def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> Mapping[str, int]: ...
 
+    def offloaded(self, chain: Sequence[bytes], gpu: Mapping[str, int],
+                  worker_ids: Sequence[str]) -> Mapping[str, int]:
+        """Blocks after each GPU hit held in an offload tier (CPU, disk)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class SignalContext:
     residency: ResidencyStore
     exact: ExactMatcher | None = None
     decode_penalty_s: float = 0.001  # added TTFT per request decoding on the worker
+    offload_weight: float = 0.9  # share of a block's prefill saved when it is loaded from
+    # an offload tier instead of computed (PCIe transfer vs compute)
 
 
 class Signal(Protocol):

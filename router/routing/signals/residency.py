@@ -1,4 +1,11 @@
-"""Residency: how much of this prompt each candidate holds warm, in blocks and tokens."""
+"""Residency: how much of this prompt each candidate holds warm, in blocks and tokens.
+
+Tiers: in precise mode the engines' KV events also say what an offload tier (LMCache's CPU
+memory or disk, vLLM's CPU offload) holds. A block there is loaded over PCIe rather than
+computed, so it counts as ``offload_weight`` of a cached token (0.9: for Llama-3-8B on an
+H100 a token's 128 KiB crosses PCIe in ~2 µs against ~45 µs of prefill, less the fixed
+cost of a transfer). The approximate store knows one tier: what the router routed.
+"""
 
 from __future__ import annotations
 
@@ -15,20 +22,29 @@ class ResidencySignal:
     def __init__(self, context: SignalContext) -> None:
         self._store = context.residency
         self._exact = context.exact
+        self._offload_weight = context.offload_weight
 
     async def annotate(self, request: RoutingRequest, candidates: list[Candidate]) -> None:
         chain = request.key.chain
         if not chain:
             return
         ids = [c.id for c in candidates]
+        offloaded: dict[str, int] = {}
         if request.exact and self._exact is not None:
-            matches = self._exact.match(chain, ids)
+            matches = dict(self._exact.match(chain, ids))
+            offloaded = dict(self._exact.offloaded(chain, matches, ids))
         else:
             matches = await self._store.match(chain, ids)
-        if not matches:
+        if not matches and not offloaded:
             return
+        weight = self._offload_weight
         for c in candidates:
             blocks = matches.get(c.id, 0)
             if blocks:
                 c.matched_blocks = blocks
                 c.cached_tokens = request.cached_tokens(blocks)
+            extra = offloaded.get(c.id, 0)
+            if extra:
+                c.offloaded_blocks = extra
+                c.cached_tokens += weight * (request.cached_tokens(blocks + extra)
+                                             - request.cached_tokens(blocks))
