@@ -155,3 +155,16 @@ def test_a_context_that_is_not_hot_keeps_its_warm_home() -> None:
     turn = policy.rank(req, annotate(workers, req, {home: 11_500}, {home: 40_000}))
     assert not policy.replicas.is_hot("conversation")
     assert turn.ranked[0].id == home
+
+
+def test_a_prefix_most_workers_hold_does_not_starve_one_that_holds_none() -> None:
+    """A shared opener on six of eight workers: a new context owned by a fresh worker stays
+    there, or the fresh worker would never get its first request."""
+    workers = pool(8)
+    policy = PredictedTTFT()
+    req = request("new-context", tokens=12_000)
+    owner = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
+    others = [w.id for w in workers if w.id != owner]
+    opener = {w: 512.0 for w in others[:6]}  # everyone but the owner (and one more) has it
+    fresh = PredictedTTFT().rank(req, annotate(workers, req, opener, {}))
+    assert fresh.ranked[0].id == owner and fresh.reason == "ring"

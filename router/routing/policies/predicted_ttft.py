@@ -72,8 +72,13 @@ class PredictedTTFT:
             home = [owner]
         stay = min(home, key=_ttft)
         choice = stay
-        # a worker holding more of the prompt consolidates the context: no slack needed
-        warmer = [c for c in eligible if c.matched_blocks > stay.matched_blocks]
+        # a worker holding more of the prompt consolidates the context: no slack needed. A
+        # prefix most workers hold (a system prompt, a trace's shared opener) says nothing
+        # about where this context lives: without this, a worker that has served nothing
+        # yet never wins against those holding it (seen: 0 of 359 requests on one worker)
+        matched = sorted(c.matched_blocks for c in candidates)
+        common = matched[len(matched) // 2]
+        warmer = [c for c in eligible if c.matched_blocks > max(stay.matched_blocks, common)]
         if warmer and (closest := min(warmer, key=_ttft)).ttft_s < stay.ttft_s:
             choice, reason = closest, "warm"
         # a merely less busy one must beat the slack, or contexts would scatter
