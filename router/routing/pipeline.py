@@ -22,19 +22,17 @@ from router.routing.feedback import CacheFeedback, TokenRatio
 from router.routing.policies.base import Decision, Policy
 from router.routing.request import RoutingRequest
 from router.routing.signals import SignalContext, build_signals
+from router.routing.signals.base import ExactMatcher
 
 PromptReader = Callable[[dict[str, Any]], bytes]
 
 
-class PreciseKeyer(Protocol):
-    """Precise mode (router/precise): vLLM block hashes of the tokenized prompt."""
+class PreciseKeyer(ExactMatcher, Protocol):
+    """Precise mode (router/precise): vLLM block hashes of the tokenized prompt, and the
+    exact residency the residency signal reads (``match``, ``offloaded``)."""
 
     async def key(self, body: Mapping[str, Any], model: str | None, chat: bool,
                   candidates: list[Any]) -> Any: ...
-
-    def match(self, chain: Any, worker_ids: Any) -> Mapping[str, int]: ...
-
-    def offloaded(self, chain: Any, gpu: Any, worker_ids: Any) -> Mapping[str, int]: ...
 
 
 class Pipeline:
