@@ -83,6 +83,12 @@ class RouterConfig:
                              "to override the ring", lambda v: 0 < v <= 1, "must be in (0, 1]")
     residency_capacity: int = _opt(65536, "tracked blocks per worker when it reports none",
                                    *_POSITIVE)
+    residency_snapshot: str = _opt("", "without Redis: file the in-memory residency is saved to "
+                                   "(on shutdown and periodically) and loaded from at start")
+    residency_snapshot_interval_s: float = _opt(300.0, "how often to save the residency "
+                                                "snapshot", *_POSITIVE)
+    residency_snapshot_ttl_s: float = _opt(1800.0, "a residency snapshot older than this is "
+                                           "ignored at start", *_POSITIVE)
     tokenizers: tuple[tuple[str, str], ...] = _opt(
         (), "precise mode: local tokenizer per model, MODEL=DIR[,MODEL=DIR] (needs the "
         "'precise' extra)")

@@ -6,8 +6,19 @@ import asyncio
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from router.residency.base import longest_prefix
+
+
+@dataclass(slots=True)
+class WorkerBlocks:
+    """One worker's picture, as a snapshot carries it: blocks oldest first with their
+    stamps, the chain heads it holds, its capacity if one was set."""
+
+    blocks: list[tuple[bytes, int]]
+    heads: list[bytes] = field(default_factory=list)
+    capacity: int | None = None
 
 
 class MemoryResidency:
@@ -114,6 +125,26 @@ class MemoryResidency:
 
     def resident_blocks(self, worker_id: str) -> int:
         return len(self._blocks.get(worker_id, ()))
+
+    def export(self) -> dict[str, WorkerBlocks]:
+        """A copy of the whole picture (pending records applied), for a snapshot on disk."""
+        self._flush()
+        out = {w: WorkerBlocks(list(blocks.items()), capacity=self._capacity.get(w))
+               for w, blocks in self._blocks.items()}
+        for head, holders in self._heads.items():
+            for worker_id in holders:
+                if worker_id in out:
+                    out[worker_id].heads.append(head)
+        return out
+
+    def restore(self, workers: dict[str, WorkerBlocks]) -> None:
+        """Adopt a picture from ``export`` (an earlier run's), before any request is routed."""
+        for worker_id, saved in workers.items():
+            if saved.capacity is not None:
+                self._capacity[worker_id] = saved.capacity
+            self._blocks[worker_id] = OrderedDict(saved.blocks)
+            for head in saved.heads:
+                self._heads.setdefault(head, set()).add(worker_id)
 
     async def start(self) -> None:
         return None

@@ -21,6 +21,7 @@ from router.server.contexts import (
     load_ctx,
     redis_ctx,
     residency_ctx,
+    snapshot_ctx,
 )
 from router.server.discovery import discovery_ctx
 from router.server.errors import openai_errors
@@ -62,6 +63,7 @@ def build_app(config: RouterConfig) -> web.Application:
     app.cleanup_ctx.append(http_session_ctx)
     app.cleanup_ctx.append(redis_ctx)  # closed after the residency store's last flush
     app.cleanup_ctx.append(residency_ctx)
+    app.cleanup_ctx.append(snapshot_ctx)  # saved before the store closes
     app.cleanup_ctx.append(health_checks_ctx)
     app.cleanup_ctx.append(precise_ctx)  # before discovery: registry workers get feeds
     app.cleanup_ctx.append(discovery_ctx)  # needs the health checker for new workers

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -13,8 +14,12 @@ from aiohttp import web
 from router.fleet.health import HealthChecker
 from router.fleet.load import LoadSharer, LoadView, Scraper
 from router.infra.supervisor import SUPERVISOR
+from router.residency.memory import MemoryResidency
+from router.residency.snapshot import ResidencySnapshot
 from router.server.proxy import Proxy
 from router.server.state import ROUTER
+
+log = logging.getLogger(__name__)
 
 
 async def http_session_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -31,6 +36,27 @@ async def residency_ctx(app: web.Application) -> AsyncIterator[None]:
     await residency.start()
     yield
     await residency.close()
+
+
+async def snapshot_ctx(app: web.Application) -> AsyncIterator[None]:
+    """Without Redis, load the residency saved by the last run, save it periodically and on
+    shutdown (router/residency/snapshot.py says why). Redis keeps the picture itself."""
+    state = app[ROUTER]
+    path = state.config.residency_snapshot
+    if not path or not isinstance(state.residency, MemoryResidency):
+        yield
+        return
+    snapshot = ResidencySnapshot(state.residency, path, state.config.residency_snapshot_ttl_s)
+    snapshot.load()
+    supervisor = app[SUPERVISOR]
+    supervisor.start("residency-snapshot",
+                     lambda: snapshot.run(state.config.residency_snapshot_interval_s))
+    yield
+    await supervisor.stop("residency-snapshot")
+    try:
+        await snapshot.save()
+    except OSError as exc:
+        log.warning("residency snapshot not saved: %s", exc)
 
 
 async def health_checks_ctx(app: web.Application) -> AsyncIterator[None]:
