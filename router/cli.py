@@ -1,4 +1,5 @@
-"""``prefix-router serve`` (and ``demo``): start the gateway; bad config is one clear line."""
+"""``prefix-router serve`` (and ``epp``, ``demo``): start the gateway, or the endpoint picker
+behind an Envoy gateway; bad config is one clear line."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 
@@ -20,9 +21,10 @@ from router.server.app import build_app
 log = logging.getLogger("router")
 
 
-async def serve(config: RouterConfig, stop: asyncio.Event | None = None) -> None:
+async def serve(config: RouterConfig, stop: asyncio.Event | None = None,
+                build: Callable[[RouterConfig], web.Application] = build_app) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop``); in-flight requests get time to finish."""
-    app = build_app(config)
+    app = build(config)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
@@ -55,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     serve_cmd = commands.add_parser("serve", help="run the gateway")
     add_arguments(serve_cmd)
+    epp_cmd = commands.add_parser("epp", help="run as the endpoint picker (ext_proc) of an "
+                                  "Envoy gateway; HTTP keeps /metrics, /health, /ready, /admin")
+    add_arguments(epp_cmd)
     demo_cmd = commands.add_parser("demo", help="run the gateway in front of a local "
                                    "simulated fleet and show requests being routed")
     demo_cmd.add_argument("--workers", type=int, default=3, help="simulated workers to start")
@@ -73,5 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"prefix-router: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log_level, config.log_format)
+    if args.command == "epp":
+        from router.epp.app import build_picker_app  # needs the 'epp' extra (grpcio)
+
+        _run(serve(config, build=build_picker_app))
+        return 0
     _run(serve(config))
     return 0

@@ -114,6 +114,15 @@ class RouterConfig:
                                      *_POSITIVE)
     router_headers: bool = _opt(True, "add X-Prefix-Router-Worker/-Reason to responses")
     admin_token: str = _opt("", "bearer token for /admin (empty: admin routes are off)")
+    epp_port: int = _opt(9002, "endpoint-picker mode (prefix-router epp): ext_proc gRPC port",
+                         lambda v: 0 <= v < 65536, "must be a TCP port")
+    epp_fail_open: bool = _opt(False, "endpoint-picker mode: on a picker fault, let the gateway "
+                               "place the request itself (else a 503)")
+    inference_pool: str = _opt("", "endpoint-picker mode: take workers from the ready pods of "
+                               "this InferencePool, read from the Kubernetes API")
+    kube_api_url: str = _opt("", "Kubernetes API server (empty: in-cluster, from "
+                             "KUBERNETES_SERVICE_HOST)")
+    kube_namespace: str = _opt("", "namespace of the InferencePool (empty: the pod's own)")
     log_level: str = _opt("info", "debug, info, warning or error",
                           lambda v: v in ("debug", "info", "warning", "error"),
                           "must be debug, info, warning or error")

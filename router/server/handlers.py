@@ -1,8 +1,9 @@
 """OpenAI-compatible request handlers: the request path, read top to bottom in ``_route``.
 
-parse once -> candidates -> key -> signals -> rank -> forward the original bytes ->
-complete. The steps live in router/routing/pipeline.py; this module only drives them and
-turns refusals into OpenAI-shaped errors. Keys come from the client's X-Context-Hash
+parse once -> candidates -> key -> signals -> rank (router/server/decide.py, shared with
+the endpoint picker) -> forward the original bytes -> complete. The steps live in
+router/routing/pipeline.py; this module only drives them and turns refusals into
+OpenAI-shaped errors. Keys come from the client's X-Context-Hash
 header (ring placement only; residency is matched on the prompt), precise mode (the
 model's tokenizer and vLLM's block hashes against KV-event residency) when it applies,
 else the approximate text chain; /metrics counts which (routing_key_source).
@@ -11,70 +12,47 @@ else the approximate text chain; /metrics counts which (routing_key_source).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from router.client.contract import CONTEXT_HASH_HEADER
-from router.routing import keys
 from router.routing.candidate import Candidate
 from router.routing.errors import Rejected
-from router.routing.policies.base import Decision
 from router.routing.request import RoutingRequest
 from router.server import request_id as request_ids
-from router.server.errors import RequestError, rejection_response
+from router.server.decide import CHAT_PATH, PROMPT_READERS, decide
+from router.server.errors import rejection_response
 from router.server.state import ROUTER
 
-PromptReader = Callable[[dict[str, Any]], bytes]
-CHAT_PATH = "/v1/chat/completions"
-NO_KEY = keys.RoutingKey("", ())
 PREDICTED_HEADER = "X-Prefix-Router-Predicted-Cached"
 
 
-@dataclass(frozen=True, slots=True)
-class Parsed:
-    body: bytes  # forwarded unchanged
-    payload: dict[str, Any]
-    model: str | None
-    stream: bool
-
-
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _route(request, CHAT_PATH, keys.chat_prompt_bytes)
+    return await _route(request, CHAT_PATH)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await _route(request, "/v1/completions", keys.completion_prompt_bytes)
+    return await _route(request, "/v1/completions")
 
 
 async def embeddings(request: web.Request) -> web.StreamResponse:
     """Passed through to the least-loaded worker serving the model: no prefix to reuse."""
-    return await _route(request, "/v1/embeddings", None)
+    return await _route(request, "/v1/embeddings")
 
 
-async def _route(request: web.Request, path: str,
-                 read_prompt: PromptReader | None) -> web.StreamResponse:
+async def _route(request: web.Request, path: str) -> web.StreamResponse:
     state = request.app[ROUTER]
     pipeline = state.pipeline
     started = time.perf_counter()
     request_id = request_ids.request_id(request)
     try:
-        parsed = _parse(await request.read())
-        candidates = pipeline.candidates(parsed.model)
-        if read_prompt is None:
-            routing = RoutingRequest(NO_KEY, 0.0, 1.0, parsed.model, source="none")
-            decision = Decision(sorted(candidates, key=lambda c: c.load), "least_loaded")
-        else:
-            routing = await pipeline.key(parsed.payload, parsed.model, path == CHAT_PATH,
-                                         read_prompt, request.headers.get(CONTEXT_HASH_HEADER),
-                                         candidates)
-            await pipeline.annotate(routing, candidates)
-            decision = pipeline.rank(routing, candidates)
+        routed = await decide(pipeline, await request.read(), path, PROMPT_READERS[path],
+                              request.headers.get(CONTEXT_HASH_HEADER))
     except Rejected as exc:  # RequestError is one too
         return rejection_response(exc, {"X-Request-Id": request_id})
+    parsed, routing, decision = routed.parsed, routed.routing, routed.decision
 
     assert state.proxy is not None
     outcome = await state.proxy.forward(
@@ -90,22 +68,6 @@ async def _route(request: web.Request, path: str,
                             str(outcome.response.status)).inc()
     metrics.latency.labels(path).observe(time.perf_counter() - started)
     return outcome.response
-
-
-def _parse(body: bytes) -> Parsed:
-    try:
-        payload = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise RequestError(400, f"request body is not valid JSON: {exc}", "invalid_json") from None
-    if not isinstance(payload, dict):
-        raise RequestError(400, "request body must be a JSON object", "invalid_body")
-    model = payload.get("model")
-    if model is not None and not isinstance(model, str):
-        raise RequestError(400, "'model' must be a string", "invalid_model")
-    stream = payload.get("stream", False)
-    if not isinstance(stream, bool):
-        raise RequestError(400, "'stream' must be a boolean", "invalid_stream")
-    return Parsed(body, payload, model, stream)
 
 
 def _predicted_headers(routing: RoutingRequest, ranked: list[Candidate]

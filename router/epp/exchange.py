@@ -1,0 +1,211 @@
+"""One HTTP request through the gateway, as the picker sees it over its ext_proc stream.
+
+request headers -> request body: decide (router/server/decide.py, as the proxy does) and
+answer with the ranked endpoints; the primary's Attempt starts (pending prefill).
+response headers: which endpoint served (a fallback when the primary failed before its
+first byte: the primary's try ends as a failure, the fallback's begins) and its status.
+response body: the first chunk is the first byte (residency recorded, pending -> decoding),
+each chunk is scanned for usage, the last ends the try; ``pipeline.complete`` learns from
+it exactly as after a proxied request. ``close`` runs whatever way the stream ends, so a
+client that goes away or a gateway that drops the stream leaves no phantom load.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+
+from router.client.contract import CONTEXT_HASH_HEADER
+from router.epp import protocol
+from router.routing.accounting import Attempt
+from router.routing.candidate import Candidate
+from router.routing.errors import Rejected
+from router.routing.policies.base import Decision
+from router.routing.request import RoutingRequest
+from router.server.decide import NO_KEY, PROMPT_READERS, address, decide
+from router.server.errors import error_body
+from router.server.state import RouterState
+
+log = logging.getLogger(__name__)
+Reply = ext_proc.ProcessingResponse
+
+
+class Exchange:
+    def __init__(self, state: RouterState, fail_open: bool) -> None:
+        self._state = state
+        self._fail_open = fail_open
+        self._started = time.perf_counter()
+        self._path = ""
+        self._context_hash: str | None = None
+        self._request_id = ""
+        self._body: list[bytes] = []
+        self._routing = RoutingRequest(NO_KEY, 0.0, 1.0, None, source="none")
+        self._subset: list[str] | None = None
+        self._ranked: list[Candidate] = []
+        self._reason = "none"
+        self._attempts: list[Attempt] = []
+        self._status = 0
+        self._closed = False
+
+    async def handle(self, message: ext_proc.ProcessingRequest) -> Reply:
+        kind = message.WhichOneof("request")
+        if kind == "request_headers":
+            return self._request_headers(message)
+        if kind == "request_body":
+            return await self._request_body(message)
+        if kind == "response_headers":
+            return self._response_headers(message)
+        if kind == "response_body":
+            return self._response_body(message.response_body)
+        if kind == "request_trailers":
+            return Reply(request_trailers=ext_proc.TrailersResponse())
+        return Reply(response_trailers=ext_proc.TrailersResponse())
+
+    # -- request ---------------------------------------------------------------------
+    def _request_headers(self, message: ext_proc.ProcessingRequest) -> Reply:
+        headers = protocol.headers(message.request_headers)
+        self._path = headers.get(":path", "").split("?", 1)[0]
+        self._context_hash = headers.get(CONTEXT_HASH_HEADER.lower())
+        self._request_id = headers.get("x-request-id", "")
+        self._subset = protocol.subset_hint(message)
+        if not message.request_headers.end_of_stream:
+            return protocol.CONTINUE_HEADERS
+        return self._pick_without_body(Reply(request_headers=ext_proc.HeadersResponse()))
+
+    async def _request_body(self, message: ext_proc.ProcessingRequest) -> Reply:
+        self._body.append(message.request_body.body)
+        if not message.request_body.end_of_stream:
+            return protocol.CONTINUE_BODY
+        if self._path not in PROMPT_READERS:
+            return self._pick_without_body(protocol.CONTINUE_BODY)
+        pipeline = self._state.pipeline
+        try:
+            routed = await decide(pipeline, b"".join(self._body), self._path,
+                                  PROMPT_READERS[self._path], self._context_hash, self._subset)
+        except Rejected as exc:
+            return self._refuse(exc)
+        except Exception:
+            log.exception("picker failed on a request", extra={"request_id": self._request_id})
+            if self._fail_open:  # let the gateway's own load balancing place it
+                self._state.metrics.decisions.labels(pipeline.policy.name, "fail_open").inc()
+                return protocol.CONTINUE_BODY
+            return self._refuse(Rejected(503, "the endpoint picker failed", "picker_error", 1))
+        self._body.clear()
+        self._routing = routed.routing
+        return self._answer(routed.decision, routed.parsed.stream)
+
+    def _pick_without_body(self, reply: Reply) -> Reply:
+        """No OpenAI body to key on (e.g. GET /v1/models): the least-loaded worker."""
+        try:
+            candidates = self._state.pipeline.candidates(None)
+        except Rejected as exc:
+            return self._refuse(exc)
+        if self._subset is not None:
+            candidates = [c for c in candidates if address(c.worker.url) in self._subset]
+            if not candidates:
+                return self._refuse(Rejected(503, "no routable worker in the gateway's "
+                                             "endpoint subset", "no_worker_in_subset", 1))
+        answer = self._answer(Decision(sorted(candidates, key=lambda c: c.load),
+                                       "least_loaded"), stream=False)
+        target = getattr(reply, reply.WhichOneof("response"))
+        target.response.CopyFrom(answer.request_body.response)
+        reply.dynamic_metadata.CopyFrom(answer.dynamic_metadata)
+        return reply
+
+    def _answer(self, decision: Decision, stream: bool) -> Reply:
+        tries = decision.ranked[: self._state.config.retry_attempts]
+        self._ranked = tries
+        self._reason = decision.reason
+        self._begin(tries[0], stream)
+        return protocol.pick(address(c.worker.url) for c in tries)
+
+    def _refuse(self, exc: Rejected) -> Reply:
+        metrics = self._state.metrics
+        metrics.decisions.labels(self._state.pipeline.policy.name, "rejected").inc()
+        metrics.requests.labels(self._path, "none", str(exc.status)).inc()
+        headers = {"x-request-id": self._request_id} if self._request_id else {}
+        if exc.retry_after is not None:
+            headers["retry-after"] = str(max(1, round(exc.retry_after)))
+        self._closed = True
+        return protocol.immediate(exc.status, error_body(exc.status, str(exc), exc.code),
+                                  headers)
+
+    # -- response --------------------------------------------------------------------
+    def _response_headers(self, message: ext_proc.ProcessingRequest) -> Reply:
+        status = protocol.headers(message.response_headers).get(":status", "0")
+        self._status = int(status) if status.isdigit() else 0
+        served = protocol.served_endpoint(message)
+        current = self._attempts[-1] if self._attempts else None
+        if current is not None and served is not None and address(current.worker.url) != served:
+            # the primary failed before its first byte and the gateway retried a fallback
+            current.worker.breaker.on_failure()
+            self._state.metrics.retries.labels("gateway_failover").inc()
+            self._end(current)
+            fallback = next((c for c in self._ranked if address(c.worker.url) == served), None)
+            if fallback is not None:
+                self._begin(fallback, current.stream)
+            current = self._attempts[-1] if fallback is not None else None
+        if current is not None:
+            if self._status >= 500:
+                current.worker.breaker.on_failure()
+            else:
+                current.worker.breaker.on_success()
+        if message.response_headers.end_of_stream:
+            self._first_byte()
+            self.close()
+        if current is None or not self._state.config.router_headers:
+            return protocol.CONTINUE_RESPONSE_HEADERS
+        reason = self._reason if len(self._attempts) <= 1 else "failover"
+        return protocol.response_headers({"x-prefix-router-worker": current.worker.id,
+                                          "x-prefix-router-reason": reason})
+
+    def _response_body(self, body: ext_proc.HttpBody) -> Reply:
+        self._first_byte()
+        if self._attempts:
+            self._attempts[-1].saw(body.body)
+        if body.end_of_stream:
+            self.close()
+        return protocol.CONTINUE_RESPONSE_BODY
+
+    def _first_byte(self) -> None:
+        if self._attempts and not self._attempts[-1].ended:
+            self._attempts[-1].first_byte()
+
+    # -- accounting --------------------------------------------------------------------
+    def _begin(self, candidate: Candidate, stream: bool) -> None:
+        worker = candidate.worker
+        worker.in_flight += 1
+        worker.routed += 1
+        worker.breaker.on_dispatch()
+        self._state.metrics.in_flight.labels(worker.id).set(worker.in_flight)
+        self._attempts.append(self._state.pipeline.attempt(self._routing, candidate, stream))
+
+    def _end(self, attempt: Attempt) -> None:
+        if attempt.ended:
+            return
+        attempt.end()
+        worker = attempt.worker
+        worker.in_flight -= 1
+        self._state.metrics.in_flight.labels(worker.id).set(worker.in_flight)
+
+    def close(self) -> None:
+        """The exchange is over (last byte, refusal, or the stream went away)."""
+        if self._closed:
+            return
+        self._closed = True
+        for attempt in self._attempts:
+            self._end(attempt)
+        if not self._attempts:
+            return
+        state = self._state
+        pipeline = state.pipeline
+        pipeline.complete(self._attempts)
+        served = self._attempts[-1].worker if self._attempts[-1].first_byte_s is not None \
+            else None
+        reason = self._reason if len(self._attempts) <= 1 else "failover"
+        state.metrics.decisions.labels(pipeline.policy.name, reason).inc()
+        state.metrics.requests.labels(self._path, served.id if served else "none",
+                                      str(self._status)).inc()
+        state.metrics.latency.labels(self._path).observe(time.perf_counter() - self._started)

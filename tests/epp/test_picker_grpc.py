@@ -1,0 +1,109 @@
+"""The picker's side of the protocol, spoken to it directly over gRPC (no Envoy): the
+subset hint, the destination header and metadata agreeing, refusals, health."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from router.server.decide import address
+from tests.epp.conftest import MODEL, Gateway, start_gateway
+
+
+@pytest.fixture(scope="module")
+def picker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    gw = start_gateway(tmp_path_factory.mktemp("picker"), fail_modes=())
+    yield gw
+    gw.stop()
+
+
+def request_headers(subset: list[str] | None = None) -> ext_proc.ProcessingRequest:
+    message = ext_proc.ProcessingRequest(request_headers=ext_proc.HttpHeaders(
+        headers=base_pb2.HeaderMap(headers=[
+            base_pb2.HeaderValue(key=":path", raw_value=b"/v1/completions"),
+            base_pb2.HeaderValue(key=":method", raw_value=b"POST")])))
+    if subset is not None:
+        hint = message.metadata_context.filter_metadata["envoy.lb.subset_hint"]
+        hint.fields["x-gateway-destination-endpoint-subset"].list_value.values.add(
+        ).string_value = subset[0]
+        for endpoint in subset[1:]:
+            hint.fields["x-gateway-destination-endpoint-subset"].list_value.values.add(
+            ).string_value = endpoint
+    return message
+
+
+def body(payload: dict) -> ext_proc.ProcessingRequest:
+    return ext_proc.ProcessingRequest(request_body=ext_proc.HttpBody(
+        body=json.dumps(payload).encode(), end_of_stream=True))
+
+
+async def exchange(port: int, *messages: ext_proc.ProcessingRequest
+                   ) -> list[ext_proc.ProcessingResponse]:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        call = ext_proc_grpc.ExternalProcessorStub(channel).Process()
+        replies = []
+        for message in messages:
+            await call.write(message)
+            replies.append(await call.read())
+            if replies[-1].HasField("immediate_response"):
+                break
+        await call.done_writing()
+        return replies
+
+
+def destination(reply: ext_proc.ProcessingResponse) -> tuple[str, str]:
+    mutation = reply.request_body.response.header_mutation
+    header = next(h.header.raw_value.decode() for h in mutation.set_headers
+                  if h.header.key == "x-gateway-destination-endpoint")
+    meta = reply.dynamic_metadata.fields["envoy.lb"].struct_value.fields[
+        "x-gateway-destination-endpoint"].string_value
+    return header, meta
+
+
+async def test_pick_lists_ranked_endpoints_in_header_and_metadata(picker: Gateway) -> None:
+    replies = await exchange(picker.grpc_port, request_headers(),
+                             body({"model": MODEL, "prompt": "hello " * 50}))
+    header, meta = destination(replies[1])
+    assert header == meta  # the protocol forbids the two to differ
+    endpoints = header.split(",")
+    assert sorted(endpoints) == sorted(address(s.url) for s in picker.sims)  # + fallbacks
+
+
+async def test_subset_hint_limits_the_pick(picker: Gateway) -> None:
+    allowed = address(picker.sims[2].url)
+    for seed in range(5):  # contexts the ring would spread over all three
+        replies = await exchange(picker.grpc_port, request_headers([allowed]),
+                                 body({"model": MODEL, "prompt": f"ctx {seed} " * 80}))
+        assert destination(replies[1])[0] == allowed
+
+
+async def test_subset_with_no_routable_endpoint_is_503(picker: Gateway) -> None:
+    replies = await exchange(picker.grpc_port, request_headers(["10.9.9.9:8000"]),
+                             body({"model": MODEL, "prompt": "hello"}))
+    immediate = replies[-1].immediate_response
+    assert immediate.status.code == 503
+    assert json.loads(immediate.body)["error"]["code"] == "no_worker_in_subset"
+
+
+async def test_bad_body_is_an_immediate_400(picker: Gateway) -> None:
+    bad = ext_proc.ProcessingRequest(request_body=ext_proc.HttpBody(body=b"{not json",
+                                                                    end_of_stream=True))
+    replies = await exchange(picker.grpc_port, request_headers(), bad)
+    assert replies[-1].immediate_response.status.code == 400
+    assert json.loads(replies[-1].immediate_response.body)["error"]["type"] == \
+        "invalid_request_error"
+
+
+async def test_grpc_health_services(picker: Gateway) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{picker.grpc_port}") as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"):
+            reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING
