@@ -103,6 +103,9 @@ class RouterConfig:
     first_byte_timeout_s: float = _opt(120.0, "upstream time to response headers", *_POSITIVE)
     idle_timeout_s: float = _opt(120.0, "upstream silence allowed between chunks", *_POSITIVE)
     retry_attempts: int = _opt(3, "workers tried per request before giving up", *_POSITIVE)
+    stream_resumes: int = _opt(2, "times a stream broken after its first byte is continued on "
+                               "another worker (0: never, it ends with an error event: for "
+                               "output that must come from one engine)", *_NON_NEGATIVE)
     retry_backoff_s: float = _opt(0.02, "base of the jittered backoff between tries",
                                   *_NON_NEGATIVE)
     max_body_bytes: int = _opt(32 * 1024 * 1024, "largest request body accepted", *_POSITIVE)

@@ -36,8 +36,14 @@ class Params:
     include_usage: bool
 
 
-def render_chat(messages: list[Any]) -> str:
-    """A fixed chat template: every message's role and content, in order."""
+def render_chat(messages: list[Any], add_generation_prompt: bool = True,
+                continue_final_message: bool = False) -> str:
+    """A fixed chat template: every message's role and content, in order, then the
+    assistant's turn opened (``add_generation_prompt``), or, with ``continue_final_message``
+    (vLLM's continuation of a partial reply), the last message left open to be continued."""
+    if add_generation_prompt and continue_final_message:
+        raise ApiError(400, "Cannot set both `continue_final_message` and "
+                       "`add_generation_prompt` to True.")
     parts = []
     for msg in messages:
         if not isinstance(msg, dict) or "role" not in msg:
@@ -48,8 +54,20 @@ def render_chat(messages: list[Any]) -> str:
         if not isinstance(content, str):
             raise ApiError(400, "message content must be a string or a list of parts")
         parts.append(f"<|{msg['role']}|>\n{content}\n")
-    parts.append("<|assistant|>\n")
+    if continue_final_message:
+        parts[-1] = parts[-1][:-1]  # no end of turn: the text goes on from its last character
+    elif add_generation_prompt:
+        parts.append("<|assistant|>\n")
     return "".join(parts)
+
+
+def chat_template_flags(body: dict[str, Any]) -> tuple[bool, bool]:
+    """vLLM's ``add_generation_prompt`` (default true) and ``continue_final_message``."""
+    add, cont = body.get("add_generation_prompt", True), body.get("continue_final_message", False)
+    if not isinstance(add, bool) or not isinstance(cont, bool):
+        raise ApiError(400, "'add_generation_prompt' and 'continue_final_message' must be "
+                       "booleans")
+    return add, cont
 
 
 def _int_field(body: dict[str, Any], name: str, default: int, low: int) -> int:
@@ -73,7 +91,7 @@ def parse(body: Any, chat: bool, served_model: str) -> Params:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "'messages' must be a non-empty list")
-        prompt_text = render_chat(messages)
+        prompt_text = render_chat(messages, *chat_template_flags(body))
     else:
         prompt = body.get("prompt")
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):

@@ -87,7 +87,7 @@ class SimServer:
             if not isinstance(body, dict):
                 raise api.ApiError(400, "the request body must be a JSON object")
             if "messages" in body:
-                text = api.render_chat(body["messages"])
+                text = api.render_chat(body["messages"], *api.chat_template_flags(body))
             elif isinstance(body.get("prompt"), str):
                 text = body["prompt"]
             else:

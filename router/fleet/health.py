@@ -51,7 +51,7 @@ class HealthChecker:
             log.info("worker %s is %s", worker.id, "healthy" if healthy else "unhealthy")
             if healthy:
                 worker.breaker.on_success()
-        worker.healthy = healthy
+        self._pool.set_health(worker, healthy)
         self._metrics.healthy.labels(worker.id).set(1 if healthy else 0)
 
     async def _learn_models(self, worker: Worker) -> None:

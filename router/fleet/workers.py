@@ -79,6 +79,7 @@ class WorkerPool:
         self._workers: dict[str, Worker] = {}
         self.on_added: list[Hook] = []
         self.on_removed: list[Hook] = []
+        self.on_down: list[Hook] = []  # a healthy worker failed its health check
 
     def __iter__(self) -> Iterator[Worker]:
         return iter(list(self._workers.values()))
@@ -107,6 +108,13 @@ class WorkerPool:
         if worker is not None:
             _run(self.on_removed, worker)
         return worker
+
+    def set_health(self, worker: Worker, healthy: bool) -> None:
+        """Record a health check's verdict; a worker going down runs the ``on_down`` hooks
+        (the proxy stops waiting on it)."""
+        was, worker.healthy = worker.healthy, healthy
+        if was and not healthy:
+            _run(self.on_down, worker)
 
     def candidates(self, model: str | None) -> list[Worker]:
         return [w for w in self._workers.values() if w.serves(model) and w.routable()]

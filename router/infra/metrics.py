@@ -25,6 +25,10 @@ class RouterMetrics:
                                      "prompt: text blocks)", ["source"], registry=r)
         self.retries = Counter("prefix_router_retries", "Attempts moved to another worker, by "
                                "cause", ["cause"], registry=r)
+        self.stream_resumes = Counter("prefix_router_stream_resumes", "Streams broken after "
+                                      "their first byte, by outcome: resumed on another "
+                                      "worker, complete (nothing was missing), limit, "
+                                      "tool_calls, no_worker", ["outcome"], registry=r)
         self.latency = Histogram("prefix_router_request_latency_seconds", "Request latency "
                                  "through the router", ["route"], buckets=LATENCY_BUCKETS,
                                  registry=r)

@@ -27,6 +27,7 @@ async def http_session_ctx(app: web.Application) -> AsyncIterator[None]:
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
     state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
     state.proxy = Proxy(state.session, state.config, state.metrics)
+    state.pool.on_down.append(state.proxy.worker_down)
     yield
     await state.session.close()
 

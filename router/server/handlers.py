@@ -58,7 +58,8 @@ async def _route(request: web.Request, path: str) -> web.StreamResponse:
     outcome = await state.proxy.forward(
         request, path, parsed.body, decision.ranked, parsed.stream, request_id,
         decision.reason, lambda c: pipeline.attempt(routing, c, parsed.stream),
-        _predicted_headers(routing, decision.ranked) if state.config.router_headers else None)
+        _predicted_headers(routing, decision.ranked) if state.config.router_headers else None,
+        parsed.payload if parsed.stream else None)
     pipeline.complete(outcome.attempts)
 
     served, metrics = outcome.worker, state.metrics

@@ -1,9 +1,13 @@
-"""Forwarding to workers: original bytes out, bytes streamed back, failover before the first byte.
+"""Forwarding to workers: original bytes out, bytes streamed back, nothing lost on the way.
 
 A non-streamed answer is read whole before the client sees a byte, so any upstream failure
-(connect, 5xx, timeout, a cut body) moves it to the next ranked worker and nothing is lost.
-A stream is committed to a worker by its first chunk; after that a failure ends it with an
-SSE error event. In-flight counts run from dispatch to the last byte, and a client that goes
+(connect, 5xx, timeout, a cut body) moves it to the next ranked worker. A stream is
+committed to a worker by its first chunk; if it breaks after that (reset, death, idle
+timeout) it is continued on the next ranked worker in the same client stream
+(router/server/resume.py), or, when it cannot be, ends with an SSE error event. When health
+checks or the breaker mark a worker down, its requests stop waiting on it at once: those
+without a first byte move to the next worker, its streams are continued elsewhere. In-flight
+counts run from dispatch to the last byte of each worker's leg, and a client that goes
 away cancels the handler (``handler_cancellation``), which closes the upstream connection.
 """
 
@@ -15,8 +19,10 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
+import orjson
 from aiohttp import web
 from multidict import CIMultiDict
 
@@ -27,6 +33,7 @@ from router.infra.metrics import RouterMetrics
 from router.routing.accounting import Attempt
 from router.routing.candidate import Candidate
 from router.server.errors import error_response, sse_error_event
+from router.server.resume import Resumption, Splice, continuation, resumable
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +54,27 @@ class UpstreamFailure(Exception):
         self.cause = cause
 
 
+class ClientGone(Exception):
+    """The client stopped reading: nothing more to relay, nothing to resume."""
+
+
 @dataclass(slots=True)
 class Outcome:
     response: web.StreamResponse
     worker: Worker | None
     attempts: list[Attempt] = field(default_factory=list)
+
+
+@dataclass(slots=True, eq=False)
+class Leg:
+    """One worker's part of an answer, dispatch to close, with its accounting."""
+
+    tried: Attempt
+    upstream: aiohttp.ClientResponse | None = None
+    first: bytes = b""
+    scope: asyncio.Timeout | None = None  # what ``worker_down`` expires
+    lost: bool = False  # its worker was marked down while it ran
+    closed: bool = False
 
 
 class Proxy:
@@ -62,14 +85,28 @@ class Proxy:
         self._metrics = metrics
         self._timeout = aiohttp.ClientTimeout(total=None, connect=config.connect_timeout_s,
                                               sock_read=config.idle_timeout_s)
+        self._legs: dict[str, set[Leg]] = {}  # live legs by worker id
+
+    def worker_down(self, worker: Worker) -> None:
+        """Health checks or the breaker gave up on ``worker`` (a WorkerPool ``on_down``
+        hook): every leg on it stops waiting now rather than at its timeout."""
+        legs = self._legs.get(worker.id)
+        if not legs:
+            return
+        now = asyncio.get_running_loop().time()
+        for leg in legs:
+            leg.lost = True
+            if leg.scope is not None and not leg.scope.expired():
+                leg.scope.reschedule(now)
 
     async def forward(self, request: web.Request, path: str, body: bytes,
                       ranked: Sequence[Candidate], stream: bool, request_id: str,
                       reason: str, begin: Callable[[Candidate], Attempt],
-                      worker_headers: Mapping[str, Mapping[str, str]] | None = None
-                      ) -> Outcome:
+                      worker_headers: Mapping[str, Mapping[str, str]] | None = None,
+                      payload: Mapping[str, Any] | None = None) -> Outcome:
         """Try the ranked workers in turn, each as an Attempt from ``begin`` (the routing
-        pipeline's cost accounting); ``worker_headers`` adds per-worker reply headers."""
+        pipeline's cost accounting); ``worker_headers`` adds per-worker reply headers;
+        ``payload`` (the parsed body) lets a broken stream be resumed."""
         headers = filtered_headers(request.headers, HOP_BY_HOP, {"X-Request-Id": request_id})
         failure = UpstreamFailure(503, "no worker could take the request", "none")
         tries = ranked[: self._config.retry_attempts]
@@ -77,6 +114,8 @@ class Proxy:
         for attempt, candidate in enumerate(tries):
             worker = candidate.worker
             if attempt:
+                if not worker.routable():
+                    continue  # marked down since the ranking
                 self._metrics.retries.labels(failure.cause).inc()
                 await asyncio.sleep(self._config.retry_backoff_s * attempt * random.random())
             reply = {"X-Request-Id": request_id}
@@ -88,92 +127,236 @@ class Proxy:
             tried = begin(candidate)
             done.append(tried)
             try:
-                response = await self._try(request, tried, path, body, headers, stream, reply,
-                                           request_id)
-                return Outcome(response, worker, done)
+                leg = await self._open(tried, path, body, headers, stream)
             except UpstreamFailure as exc:
                 log.warning("worker %s failed (%s): %s", worker.id, exc.cause, exc,
                             extra={"request_id": request_id, "worker": worker.id})
                 failure = exc
+                continue
+            assert leg.upstream is not None
+            status = leg.upstream.status
+            reply_headers = filtered_headers(leg.upstream.headers, RESPONSE_SKIP, reply)
+            if not (stream and status == 200):
+                return Outcome(web.Response(status=status, body=leg.first,
+                                            headers=reply_headers), worker, done)
+            resume = None
+            if payload is not None and self._config.stream_resumes > 0:
+                chat = path.endswith("/chat/completions")
+                if resumable(payload, chat):
+                    resume = Resumption(payload, chat, ranked, self._config.stream_resumes)
+            response = await self._stream(request, leg, reply_headers, request_id, resume,
+                                          _Continue(path, headers, begin, done))
+            return Outcome(response, worker, done)
         response = error_response(failure.status, str(failure), code=failure.cause,
                                   retry_after=1 if failure.status == 503 else None,
                                   headers={"X-Request-Id": request_id})
         return Outcome(response, None, done)
 
-    async def _try(self, request: web.Request, tried: Attempt, path: str, body: bytes,
-                   headers: CIMultiDict[str], stream: bool, reply_headers: dict[str, str],
-                   request_id: str) -> web.StreamResponse:
+    # -- one leg: dispatch to first byte, close ----------------------------------------
+    async def _open(self, tried: Attempt, path: str, body: bytes, headers: CIMultiDict[str],
+                    stream: bool) -> Leg:
+        """Dispatch to ``tried.worker`` and wait for its first byte (its whole body when not
+        streamed); a failure closes the leg and raises UpstreamFailure."""
         worker = tried.worker
+        leg = Leg(tried)
         worker.in_flight += 1
         worker.routed += 1
         worker.breaker.on_dispatch()
-        gauge = self._metrics.in_flight.labels(worker.id)
-        gauge.set(worker.in_flight)
+        self._metrics.in_flight.labels(worker.id).set(worker.in_flight)
+        self._legs.setdefault(worker.id, set()).add(leg)
         started = time.perf_counter()
-        upstream: aiohttp.ClientResponse | None = None
         try:
             try:
-                async with asyncio.timeout(self._config.first_byte_timeout_s):
-                    upstream = await self._session.post(worker.url + path, data=body,
-                                                        headers=headers, timeout=self._timeout)
+                async with asyncio.timeout(self._config.first_byte_timeout_s) as scope:
+                    leg.scope = scope
+                    leg.upstream = upstream = await self._session.post(
+                        worker.url + path, data=body, headers=headers, timeout=self._timeout)
                     if upstream.status >= 500:
                         text = (await upstream.read())[:500].decode(errors="replace")
                         raise UpstreamFailure(502, f"worker {worker.id} answered "
                                               f"{upstream.status}: {text}", "upstream_5xx")
                     if stream and upstream.status == 200:
-                        first = await upstream.content.readany()
-                        if not first:
+                        leg.first = await upstream.content.readany()
+                        if not leg.first:
                             raise UpstreamFailure(502, f"worker {worker.id} closed the stream "
                                                   "before its first byte", "upstream_closed")
                     else:
-                        first = await upstream.read()
+                        leg.first = await upstream.read()
             except TimeoutError:
+                if leg.lost:
+                    raise UpstreamFailure(503, f"worker {worker.id} was marked down before "
+                                          "its first byte", "worker_down") from None
                 raise UpstreamFailure(504, f"worker {worker.id} timed out before its first "
                                       "byte", "upstream_timeout") from None
             except aiohttp.ClientError as exc:
                 raise UpstreamFailure(502, f"worker {worker.id} unreachable: {exc!r}",
                                       "upstream_unreachable") from None
-            self._metrics.ttfb.labels(path).observe(time.perf_counter() - started)
-            worker.breaker.on_success()
-            tried.first_byte()
-            tried.saw(first)
-            reply = filtered_headers(upstream.headers, RESPONSE_SKIP, reply_headers)
-            if not (stream and upstream.status == 200):
-                return web.Response(status=upstream.status, body=first, headers=reply)
-            return await self._relay(request, upstream, first, reply, tried, request_id)
+            finally:
+                leg.scope = None
         except UpstreamFailure:
-            worker.breaker.on_failure()
+            self._close(leg)
+            self._failed(worker)
             raise
-        finally:
-            if upstream is not None:
-                upstream.close()
-            if tried.first_byte_s is None and worker.breaker.state is BreakerState.HALF_OPEN:
-                worker.breaker.on_abandoned()  # no-op after on_failure; frees a cancelled probe
-            tried.end()
-            worker.in_flight -= 1
-            gauge.set(worker.in_flight)
+        except BaseException:
+            self._close(leg)
+            raise
+        self._metrics.ttfb.labels(path).observe(time.perf_counter() - started)
+        worker.breaker.on_success()
+        tried.first_byte()
+        tried.saw(leg.first)
+        if not (stream and upstream.status == 200):
+            self._close(leg)
+        return leg
 
-    async def _relay(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                     first: bytes, headers: CIMultiDict[str], tried: Attempt,
-                     request_id: str) -> web.StreamResponse:
-        worker = tried.worker
-        response = web.StreamResponse(status=upstream.status, headers=headers)
+    def _close(self, leg: Leg) -> None:
+        if leg.closed:
+            return
+        leg.closed = True
+        tried, worker = leg.tried, leg.tried.worker
+        if leg.upstream is not None:
+            leg.upstream.close()
+        if tried.first_byte_s is None and worker.breaker.state is BreakerState.HALF_OPEN:
+            worker.breaker.on_abandoned()  # no-op after on_failure; frees a cancelled probe
+        tried.end()
+        worker.in_flight -= 1
+        self._metrics.in_flight.labels(worker.id).set(worker.in_flight)
+        legs = self._legs.get(worker.id)
+        if legs is not None:
+            legs.discard(leg)
+            if not legs:
+                del self._legs[worker.id]
+
+    def _failed(self, worker: Worker) -> None:
+        """A failure on ``worker``; if it opens the breaker, the worker's other legs move."""
+        was_open = worker.breaker.state is BreakerState.OPEN
+        worker.breaker.on_failure()
+        if not was_open and worker.breaker.state is BreakerState.OPEN:
+            self.worker_down(worker)
+
+    # -- a stream: legs relayed into one client response ---------------------------------
+    async def _stream(self, request: web.Request, leg: Leg, headers: CIMultiDict[str],
+                      request_id: str, resume: Resumption | None, more: _Continue
+                      ) -> web.StreamResponse:
+        response = web.StreamResponse(status=200, headers=headers)
         await response.prepare(request)
-        await response.write(first)
+        splice: Splice | None = None
         try:
-            async for chunk in upstream.content.iter_any():
-                tried.saw(chunk)
-                await response.write(chunk)
-            if not upstream.content.is_eof():
-                raise aiohttp.ClientPayloadError("stream ended early")
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("stream from worker %s broke after its first byte: %r", worker.id, exc,
-                        extra={"request_id": request_id, "worker": worker.id})
-            worker.breaker.on_failure()
-            await response.write(sse_error_event(502, f"upstream worker {worker.id} failed "
-                                                 f"mid-stream: {exc!r}", "upstream_stream_broken"))
-        await response.write_eof()
+            while True:
+                broke = await self._pump(response, leg, resume, splice, request_id)
+                self._close(leg)
+                if broke is None:
+                    break
+                nxt = await self._resume(resume, more, request_id) if resume else None
+                if nxt is None:
+                    if resume is None or not (resume.seen.done or resume.seen.finished):
+                        await response.write(sse_error_event(
+                            502, f"upstream worker {leg.tried.worker.id} failed mid-stream: "
+                            f"{broke!r}", "upstream_stream_broken"))
+                    elif not resume.seen.done:
+                        await response.write(b"data: [DONE]\n\n")
+                    break
+                leg, splice = nxt
+            await response.write_eof()
+        except ClientGone:
+            pass
+        finally:
+            self._close(leg)
         return response
+
+    async def _pump(self, response: web.StreamResponse, leg: Leg, resume: Resumption | None,
+                    splice: Splice | None, request_id: str) -> Exception | None:
+        """Relay one leg to the client; the failure that broke it, or None at its end."""
+        assert leg.upstream is not None
+        worker = leg.tried.worker
+        try:
+            async with asyncio.timeout(None) as scope:
+                leg.scope = scope
+                if leg.lost:
+                    scope.reschedule(asyncio.get_running_loop().time())
+                await _write(response, leg.first, resume, splice)
+                async for chunk in leg.upstream.content.iter_any():
+                    leg.tried.saw(chunk)
+                    await _write(response, chunk, resume, splice)
+                if not leg.upstream.content.is_eof():
+                    raise aiohttp.ClientPayloadError("stream ended early")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            cause = "marked down" if leg.lost else repr(exc)
+            log.warning("stream from worker %s broke after its first byte: %s", worker.id,
+                        cause, extra={"request_id": request_id, "worker": worker.id})
+            if not leg.lost:
+                self._failed(worker)
+            return exc
+        finally:
+            leg.scope = None
+        rest = splice.rest() if splice else resume.seen.rest() if resume else b""
+        if rest:
+            await _write(response, rest, None, None)
+        return None
+
+    async def _resume(self, resume: Resumption, more: _Continue, request_id: str
+                      ) -> tuple[Leg, Splice] | None:
+        """The next worker's leg continuing what the client has, or None."""
+        seen = resume.seen
+        seen.fold()
+        if seen.done or seen.finished:
+            self._metrics.stream_resumes.labels("complete").inc()
+            return None
+        if (refusal := resume.refusal()) is not None:
+            self._metrics.stream_resumes.labels(refusal).inc()
+            return None
+        body = continuation(resume.payload, resume.chat, seen)
+        if body is None:  # max_tokens reached: the answer is whole
+            seen.finished = True
+            self._metrics.stream_resumes.labels("complete").inc()
+            return None
+        data = orjson.dumps(body)
+        for candidate in resume.candidates()[: self._config.retry_attempts]:
+            tried = more.begin(candidate)
+            more.done.append(tried)
+            try:
+                leg = await self._open(tried, more.path, data, more.headers, stream=True)
+            except UpstreamFailure as exc:
+                log.warning("resume on worker %s failed (%s): %s", candidate.id, exc.cause,
+                            exc, extra={"request_id": request_id, "worker": candidate.id})
+                resume.broken.add(candidate.id)
+                continue
+            assert leg.upstream is not None
+            if leg.upstream.status != 200:
+                self._close(leg)
+                resume.broken.add(candidate.id)
+                continue
+            resume.resumes += 1
+            self._metrics.stream_resumes.labels("resumed").inc()
+            log.info("stream resumed on worker %s after %d chunks", candidate.id,
+                     seen.produced, extra={"request_id": request_id, "worker": candidate.id})
+            return leg, Splice(seen)
+        self._metrics.stream_resumes.labels("no_worker").inc()
+        return None
+
+
+@dataclass(slots=True, frozen=True)
+class _Continue:
+    """What a resume needs of the original request to dispatch a continuation."""
+
+    path: str
+    headers: CIMultiDict[str]
+    begin: Callable[[Candidate], Attempt]
+    done: list[Attempt]
+
+
+async def _write(response: web.StreamResponse, chunk: bytes, resume: Resumption | None,
+                 splice: Splice | None) -> None:
+    """Relay ``chunk``: a continuation's rewritten, a resumable stream's whole events only."""
+    if splice is not None and resume is not None:
+        chunk = splice.rewrite(chunk)
+        resume.seen.relayed(chunk)
+    elif resume is not None:
+        chunk = resume.seen.feed(chunk)
+    if chunk:
+        try:
+            await response.write(chunk)
+        except ConnectionResetError as exc:  # aiohttp's ClientConnectionResetError too
+            raise ClientGone from exc
 
 
 def filtered_headers(source: Mapping[str, str], skip: frozenset[str],

@@ -64,7 +64,7 @@ async def test_client_disconnect_cancels_the_upstream_request(fleet: Fleet) -> N
     assert sum(u.stats()["in_flight"] for u in fleet.upstreams) == 0
 
 
-@pytest.mark.router_args("--health-interval-s", "60")
+@pytest.mark.router_args("--health-interval-s", "60", "--stream-resumes", "0")
 async def test_killing_a_worker_loses_no_request_and_ends_its_streams_with_an_error(
         fleet: Fleet) -> None:
     victim = fleet.upstreams[1]
@@ -108,6 +108,7 @@ async def test_killing_a_worker_loses_no_request_and_ends_its_streams_with_an_er
                 assert b'"error"' not in whole
 
 
+@pytest.mark.router_args("--stream-resumes", "0")
 async def test_stream_cut_after_first_byte_ends_with_error_event(fleet: Fleet) -> None:
     async with aiohttp.ClientSession() as session, session.post(
             fleet.url + "/v1/chat/completions", json={**CHAT, "stream": True},

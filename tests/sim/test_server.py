@@ -147,3 +147,25 @@ async def test_registers_in_redis_and_deregisters_on_sigterm(redis_server) -> No
     finally:
         stop(proc)
         await client.aclose()
+
+
+async def test_chat_continues_a_final_assistant_message_as_vllm_does(sim: str) -> None:
+    """continue_final_message with add_generation_prompt=false renders the partial reply
+    open-ended: the same prompt as the template's text up to its last character."""
+    partial = [{"role": "user", "content": "tell me"}, {"role": "assistant", "content": "Once"}]
+    open_ended = "<|user|>\ntell me\n<|assistant|>\nOnce"
+    async with aiohttp.ClientSession() as http:
+        async def prompt_tokens(path: str, body: dict) -> int:
+            async with http.post(sim + path, json={"model": "sim-a", "max_tokens": 1,
+                                                   **body}) as resp:
+                assert resp.status == 200, await resp.text()
+                return (await resp.json())["usage"]["prompt_tokens"]
+
+        continued = await prompt_tokens("/v1/chat/completions", {
+            "messages": partial, "continue_final_message": True,
+            "add_generation_prompt": False})
+        assert continued == await prompt_tokens("/v1/completions", {"prompt": open_ended})
+        assert await prompt_tokens("/v1/chat/completions", {"messages": partial}) > continued
+        async with http.post(sim + "/v1/chat/completions", json={
+                "model": "sim-a", "messages": partial, "continue_final_message": True}) as resp:
+            assert resp.status == 400  # add_generation_prompt defaults to true, as in vLLM
