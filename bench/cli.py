@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {run,compare,overhead,scale}``."""
+"""Command line: ``python -m bench {run,compare,overhead,scale,engine}``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.engine.cli import add_args as add_engine_args
 from bench.runner import RunConfig
 from bench.workloads import WORKLOADS
 
@@ -116,6 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--blocks", default="100000,1000000,10000000")
     s.add_argument("--decisions", type=int, default=5000)
     s.add_argument("--out-dir", type=Path, default=RESULTS)
+    add_engine_args(sub.add_parser("engine", help="the engine-side claims (bench/engine/)"))
     return p
 
 
@@ -147,6 +149,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.cmd == "replot":
         from bench.compare import replot
         replot(args.out_dir, args.name)
+    elif args.cmd == "engine":
+        from bench.engine.cli import run_all
+        run_all(args)
     elif args.cmd == "overhead":
         from bench.overhead import overhead
         overhead(args)

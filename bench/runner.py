@@ -39,6 +39,7 @@ class RunConfig:
     num_gpu_blocks: int | None = None
     cache_fleet_ratio: float | None = None  # fleet cache = ratio x working set
     max_model_len: int | None = None
+    block_size: int = 16  # the workers' KV block size (tokens)
     max_duration_s: float | None = None  # wall seconds of sending
     router_url: str | None = None
     worker_urls: list[str] = field(default_factory=list)
@@ -115,7 +116,8 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             # the profile's 8,192 would reject long RAG/trace prompts (Llama-3.1: 128 k)
             max_len = cfg.max_model_len or -(-(longest + 16) // 1024) * 1024
             spec = fleet.WorkerSpec(profile=cfg.profile, time_scale=cfg.time_scale,
-                                    num_gpu_blocks=blocks, max_model_len=max_len)
+                                    num_gpu_blocks=blocks, max_model_len=max_len,
+                                    extra=["--block-size", str(cfg.block_size)])
             if cfg.policy == "dynamo_kv":  # workers publish KV events to Dynamo's shim
                 workers, dyn_router = dynamo.start_dynamo(cfg.workers, spec, logdir)
                 procs += [*workers, dyn_router]
@@ -136,7 +138,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
             procs.append(peer)
             router_url, router_pid = peer.url, peer.popen.pid
         else:
-            rblocks = fleet.residency_capacity(blocks, 256)
+            rblocks = fleet.residency_capacity(blocks, 256, cfg.block_size)
             router = fleet.start_router(worker_urls, cfg.policy, logdir, epsilon=cfg.epsilon,
                                         residency_blocks=rblocks, extra=cfg.router_extra)
             procs.append(router)

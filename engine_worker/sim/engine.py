@@ -5,7 +5,9 @@ prefill chunk), then waiting ones, within ``max_num_seqs`` and a token budget of
 ``max_num_batched_tokens`` (chunked prefill). When blocks run out, the newest running
 sequence is preempted: by recompute (blocks freed, re-queued at the front; its prefix is
 usually still cached) or by swap (its KV is charged at PCIe bandwidth out and back in).
-The step's duration comes from the roofline model and is slept on the engine's clock.
+The step's duration comes from the roofline model and is slept on the engine's clock;
+offline callers (bench/engine) drive it without a loop instead: ``add_request`` then
+``step`` until idle, as with vLLM's ``LLMEngine``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class Engine:
         self.config = cfg = config or EngineConfig()
         if cfg.preemption_mode not in ("recompute", "swap"):
             raise ValueError("preemption_mode must be 'recompute' or 'swap'")
+        if cfg.contiguous_reserve not in ("max", "request"):
+            raise ValueError("contiguous_reserve must be 'max' or 'request'")
         self.clock: Clock = clock or VirtualClock()
         num_blocks = cfg.num_gpu_blocks or self.profile.num_gpu_blocks(
             cfg.block_size, cfg.gpu_memory_utilization)
@@ -48,15 +52,18 @@ class Engine:
         listeners = list(kv_listeners)
         if self.cpu_tier.capacity_blocks:
             listeners.append(self.cpu_tier.on_gpu_event)
-        self.kv = KVCacheManager(num_blocks, self.hasher, listeners)
+        self.kv = KVCacheManager(num_blocks, self.hasher, listeners,
+                                 prefix_caching=cfg.enable_prefix_caching,
+                                 allocation=cfg.kv_allocation)
         self.cpu_tier.emit = self.kv.publish  # the tier's events reach the same listeners
         self.max_model_len = cfg.max_model_len or self.profile.model.max_model_len
-        self.metrics = EngineMetrics(cfg.model_name, cfg.block_size, num_blocks)
+        self.metrics = EngineMetrics(cfg.model_name, cfg.block_size, num_blocks,
+                                     cfg.enable_prefix_caching)
         self.counters = EngineCounters()
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.sim_now = 0.0
-        self._pending_pcie_tokens = 0
+        self._pending_swap_out: list[int] = []  # tokens of each sequence swapped out
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._ids = itertools.count()
@@ -72,6 +79,14 @@ class Engine:
     def submit(self, prompt_token_ids: Sequence[int], max_tokens: int = 16, n: int = 1,
                request_id: str | None = None) -> RequestHandle:
         """Queue a request; iterate the handle for its TokenEvents (async)."""
+        self._ensure_running()
+        handle = self.add_request(prompt_token_ids, max_tokens, n, request_id)
+        self._wakeup.set()
+        return handle
+
+    def add_request(self, prompt_token_ids: Sequence[int], max_tokens: int = 16, n: int = 1,
+                    request_id: str | None = None) -> RequestHandle:
+        """Queue a request without starting the loop (offline use with ``step``)."""
         prompt = list(prompt_token_ids)
         if not prompt:
             raise ValueError("the prompt must have at least one token")
@@ -80,9 +95,11 @@ class Engine:
         if len(prompt) + max_tokens > self.max_model_len:
             raise ValueError(f"prompt ({len(prompt)}) + max_tokens ({max_tokens}) exceeds "
                              f"max_model_len {self.max_model_len}")
-        if -(-(len(prompt) + max_tokens) // self.config.block_size) > self.kv.num_blocks:
+        if -(-self._reservation(len(prompt), max_tokens) // self.config.block_size) \
+                > self.kv.num_blocks:
             raise ValueError("the request can never fit in the KV cache")
-        self._ensure_running()
+        if n > 1 and self.kv.allocation == "contiguous":
+            raise ValueError("n > 1 needs paged KV (contiguous allocation cannot share)")
         req = Request(request_id=request_id or f"sim-{next(self._ids)}", prompt=prompt,
                       prompt_hashes=self.hasher.chain(prompt), max_tokens=max_tokens, n=n,
                       key=textgen.prompt_key(prompt),
@@ -90,8 +107,16 @@ class Engine:
         req.live_seqs = 1
         self.waiting.append(Seq(req=req, index=0, tokens=list(prompt), hashes=req.prompt_hashes))
         self._update_gauges()
-        self._wakeup.set()
         return RequestHandle(req, self._abort)
+
+    def step(self) -> float | None:
+        """Run one step now, on simulated time only; its seconds, or None if idle."""
+        scheduled, cost = self._schedule()
+        if not scheduled and not cost.pcie_bytes:
+            return None
+        dt = step_seconds(self.profile, cost)
+        self._complete(scheduled, dt)
+        return dt
 
     async def generate(self, prompt_token_ids: Sequence[int], max_tokens: int = 16,
                        n: int = 1) -> tuple[list[TokenEvent], RequestStats]:
@@ -140,17 +165,27 @@ class Engine:
                 continue
             dt = step_seconds(self.profile, cost)
             await self.clock.sleep(dt)
-            self.sim_now += dt
-            self.counters.steps += 1
-            self._finish_step(scheduled)
-            self._update_gauges()
+            self._complete(scheduled, dt)
+
+    def _complete(self, scheduled: list[tuple[Seq, int]], dt: float) -> None:
+        self.sim_now += dt
+        self.counters.steps += 1
+        self._finish_step(scheduled)
+        self._update_gauges()
+
+    def _reservation(self, prompt_tokens: int, max_tokens: int) -> int:
+        """Tokens of KV a request is given when it starts: in contiguous mode its whole
+        reservation, else (paged) what it will ever hold."""
+        if self.kv.allocation == "contiguous" and self.config.contiguous_reserve == "max":
+            return self.max_model_len
+        return prompt_tokens + max_tokens
 
     def _schedule(self) -> tuple[list[tuple[Seq, int]], StepCost]:
         cfg, kv, prof = self.config, self.kv, self.profile
         cost = StepCost()
-        if self._pending_pcie_tokens:
-            cost.add_transfer(prof, self._pending_pcie_tokens)
-            self._pending_pcie_tokens = 0
+        for tokens in self._pending_swap_out:
+            cost.add_swap(prof, tokens, cfg.block_size)
+        self._pending_swap_out.clear()
         budget = cfg.max_num_batched_tokens
         scheduled: list[tuple[Seq, int]] = []
         preempted = False
@@ -197,11 +232,14 @@ class Engine:
             extra = self.cpu_tier.match(seq.hashes[len(matched):limit])
             loaded_to = cached + extra * bs
         n = min(total - loaded_to, budget)
-        if not kv.can_start(matched, loaded_to + n):
+        reserve = self._reservation(len(seq.req.prompt), seq.req.max_tokens)
+        if not kv.can_start(matched, loaded_to + n, reserve):
             return None
-        kv.start(seq.seq_id, matched, seq.tokens)
+        kv.start(seq.seq_id, matched, seq.tokens, reserve)
         kv.append(seq.seq_id, seq.tokens[cached:loaded_to], seq.hashes)
-        if loaded_to > cached:
+        if loaded_to > cached and seq.swapped_tokens:
+            cost.add_swap(self.profile, loaded_to - cached, bs)
+        elif loaded_to > cached:
             cost.add_transfer(self.profile, loaded_to - cached)
         kv.append(seq.seq_id, seq.tokens[loaded_to:loaded_to + n], seq.hashes)
         cost.add_tokens(self.profile, n, loaded_to)
@@ -228,10 +266,12 @@ class Engine:
         kv = self.kv
         seq.hashes = kv.seqs[seq.seq_id].hashes
         kv.free(seq.seq_id)
+        self.counters.preempted_tokens += seq.num_computed
         if self.config.preemption_mode == "swap":
             seq.swapped_tokens = seq.num_computed
-            self._pending_pcie_tokens += seq.num_computed
+            self._pending_swap_out.append(seq.num_computed)
         seq.num_computed = 0
+        seq.preempted_at = self.sim_now
         self.waiting.appendleft(seq)
         seq.req.stats.preemptions += 1
         self.counters.preemptions += 1
@@ -267,6 +307,9 @@ class Engine:
                                  self.profile.model.vocab)
         seq.tokens.append(tok)
         seq.outputs += 1
+        if seq.preempted_at is not None:
+            req.stats.resume_s.append(self.sim_now - seq.preempted_at)
+            seq.preempted_at = None
         req.stats.completion_tokens += 1
         self.counters.generation_tokens += 1
         self.metrics.m(self.metrics.generation_tokens).inc()

@@ -12,6 +12,15 @@
   (copy-on-write), which is how ``n > 1`` shares a prompt.
 - When two sequences fill a block with the same content, the first one registered wins;
   the duplicate stays uncached and is plainly reused when freed (vLLM keeps both).
+- ``prefix_caching=False`` hashes nothing and matches nothing (vLLM's
+  ``--no-enable-prefix-caching``).
+- ``allocation="contiguous"`` is the pre-paging allocator (Orca-style) the paged one is
+  measured against: a sequence gets one run of consecutive blocks big enough for its
+  reservation when it starts (first fit), writes into it and never grows past it; nothing
+  is shared (no prefix caching, no fork). Free blocks in runs too short for a waiting
+  request are its external fragmentation; reserved slots never written, its internal one.
+- ``fork(copy=True)`` copies every block (the baseline against copy-on-write); copies of
+  either kind are counted in ``blocks_copied``.
 """
 
 from __future__ import annotations
@@ -40,15 +49,27 @@ class SeqBlocks:
     block_ids: list[int] = field(default_factory=list)
     token_ids: list[int] = field(default_factory=list)
     hashes: list[bytes] = field(default_factory=list)  # chain hash of every full block
+    reserved: list[int] = field(default_factory=list)  # contiguous mode: extent not yet written
+
+
+ALLOCATIONS = ("paged", "contiguous")
 
 
 class KVCacheManager:
     """Block pool + prefix cache + per-sequence block tables (single KV cache group)."""
 
     def __init__(self, num_blocks: int, hasher: BlockHasher,
-                 listeners: Sequence[Callable[[KVEvent], None]] = ()) -> None:
+                 listeners: Sequence[Callable[[KVEvent], None]] = (),
+                 prefix_caching: bool = True, allocation: str = "paged") -> None:
         if num_blocks <= 0:
             raise ValueError("the KV cache needs at least one block")
+        if allocation not in ALLOCATIONS:
+            raise ValueError(f"allocation must be one of {ALLOCATIONS}, got {allocation!r}")
+        self.allocation = allocation
+        self.prefix_caching = prefix_caching and allocation == "paged"
+        self.blocks_copied = 0  # copy-on-write copies + whole-sequence fork copies
+        self.peak_used_blocks = 0
+        self._extents: list[tuple[int, int]] | None = None  # contiguous mode: free runs
         self.num_blocks = num_blocks
         self.block_size = hasher.block_size
         self.hasher = hasher
@@ -69,6 +90,8 @@ class KVCacheManager:
 
     def match(self, block_hashes: Sequence[bytes], num_tokens: int) -> list[int]:
         """Blocks of the longest cached prefix; never covers the prompt's last token."""
+        if not self.prefix_caching:
+            return []
         limit = (num_tokens - 1) // self.block_size
         out: list[int] = []
         for h in block_hashes[:limit]:
@@ -86,21 +109,62 @@ class KVCacheManager:
         need = -(-(have + num_new_tokens) // bs) - len(seq.block_ids)
         if num_new_tokens and have % bs and self.blocks[seq.block_ids[-1]].ref_cnt > 1:
             need += 1
+        if seq.reserved:
+            return max(0, need - len(seq.reserved))
         return need
 
-    def can_start(self, matched: Sequence[int], num_tokens: int) -> bool:
-        """Whether a new sequence reusing ``matched`` can hold ``num_tokens`` tokens."""
+    def can_start(self, matched: Sequence[int], num_tokens: int,
+                  reserve_tokens: int = 0) -> bool:
+        """Whether a new sequence reusing ``matched`` can hold ``num_tokens`` tokens (in
+        contiguous mode: whether one free run holds ``reserve_tokens``)."""
+        if self.allocation == "contiguous":
+            return self._first_fit(self._extent_blocks(reserve_tokens)) is not None
         reserved = sum(1 for bid in matched if self.blocks[bid].ref_cnt == 0)
         need = -(-num_tokens // self.block_size) - len(matched)
         return need <= len(self.free_queue) - reserved
 
+    def free_runs(self) -> list[tuple[int, int]]:
+        """(first block id, length) of each run of consecutive free blocks, lowest first
+        (contiguous mode's view of the pool; kept until a sequence starts or ends)."""
+        if self._extents is None or self.allocation == "paged":
+            runs: list[tuple[int, int]] = []
+            prev = -2
+            for bid in sorted(self.free_queue):
+                if bid == prev + 1:
+                    runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+                else:
+                    runs.append((bid, 1))
+                prev = bid
+            self._extents = runs
+        return self._extents
+
+    def external_fragmentation(self, reserve_tokens: int) -> int:
+        """Free blocks no reservation of ``reserve_tokens`` could use: those in runs too
+        short for it (always 0 in paged mode, where any free block will do)."""
+        if self.allocation == "paged":
+            return 0
+        need = self._extent_blocks(reserve_tokens)
+        return sum(length for _, length in self.free_runs() if length < need)
+
     # -- mutations -----------------------------------------------------------------
-    def start(self, seq_id: SeqId, matched: Sequence[int], token_ids: Sequence[int]) -> int:
+    def start(self, seq_id: SeqId, matched: Sequence[int], token_ids: Sequence[int],
+              reserve_tokens: int = 0) -> int:
         """Create a sequence on top of cached blocks holding the first tokens of
-        ``token_ids``; returns the cached token count."""
+        ``token_ids``; returns the cached token count. In contiguous mode the sequence
+        takes its whole reservation (``reserve_tokens``) now, in one run of blocks."""
         if seq_id in self.seqs:
             raise KeyError(f"sequence {seq_id!r} already exists")
         seq = SeqBlocks()
+        if self.allocation == "contiguous":
+            first = self._first_fit(self._extent_blocks(reserve_tokens))
+            if first is None:
+                raise RuntimeError("no free run holds the reservation (check can_start)")
+            for bid in range(first, first + self._extent_blocks(reserve_tokens)):
+                del self.free_queue[bid]
+                self.blocks[bid].ref_cnt = 1
+                seq.reserved.append(bid)
+            self._extents = None
+            self._note_usage()
         for bid in matched:
             blk = self.blocks[bid]
             assert blk.block_hash is not None, "matched block lost its hash"
@@ -128,12 +192,14 @@ class KVCacheManager:
             old = self.blocks[seq.block_ids[-1]]
             old.ref_cnt -= 1
             seq.block_ids[-1] = self._allocate().block_id
+            self.blocks_copied += 1
         stored: list[tuple[int, bytes]] = []
         for tok in token_ids:
             if len(seq.token_ids) == len(seq.block_ids) * bs:
-                seq.block_ids.append(self._allocate().block_id)
+                seq.block_ids.append(seq.reserved.pop(0) if seq.reserved
+                                     else self._allocate().block_id)
             seq.token_ids.append(tok)
-            if len(seq.token_ids) % bs == 0:
+            if len(seq.token_ids) % bs == 0 and self.prefix_caching:
                 idx = len(seq.token_ids) // bs - 1
                 if idx < len(known_hashes):
                     h = known_hashes[idx]
@@ -149,12 +215,23 @@ class KVCacheManager:
         self._emit_stored(seq, stored)
         return True
 
-    def fork(self, parent: SeqId, child: SeqId) -> None:
-        """Share all of the parent's blocks with a new sequence."""
+    def fork(self, parent: SeqId, child: SeqId, copy: bool = False) -> bool:
+        """Share all of the parent's blocks with a new sequence, or (``copy``) give it a
+        copy of each; False (and no change) if the copies do not fit."""
+        if self.allocation == "contiguous":
+            raise ValueError("contiguous allocation shares nothing: no fork")
         src = self.seqs[parent]
-        for bid in src.block_ids:
-            self.blocks[bid].ref_cnt += 1
-        self.seqs[child] = SeqBlocks(list(src.block_ids), list(src.token_ids), list(src.hashes))
+        if not copy:
+            for bid in src.block_ids:
+                self.blocks[bid].ref_cnt += 1
+            block_ids = list(src.block_ids)
+        else:
+            if len(src.block_ids) > len(self.free_queue):
+                return False
+            block_ids = [self._allocate().block_id for _ in src.block_ids]
+            self.blocks_copied += len(block_ids)
+        self.seqs[child] = SeqBlocks(block_ids, list(src.token_ids), list(src.hashes))
+        return True
 
     def free(self, seq_id: SeqId) -> None:
         """Release a sequence as vLLM 0.32's BlockPool.free_blocks does.
@@ -167,7 +244,7 @@ class KVCacheManager:
         """
         seq = self.seqs.pop(seq_id)
         uncached: list[int] = []
-        for bid in reversed(seq.block_ids):
+        for bid in reversed([*seq.block_ids, *seq.reserved]):
             blk = self.blocks[bid]
             if blk.ref_cnt <= 0:
                 raise RuntimeError(f"double free of block {bid}")
@@ -180,6 +257,7 @@ class KVCacheManager:
         for bid in reversed(uncached):  # uncached[0] ends up at the very front
             self.free_queue[bid] = None
             self.free_queue.move_to_end(bid, last=False)
+        self._extents = None
 
     def evict(self, num_blocks: int) -> int:
         """Drop the hashes of up to ``num_blocks`` least recently used free cached blocks."""
@@ -204,9 +282,24 @@ class KVCacheManager:
         return True
 
     # -- internals -----------------------------------------------------------------
+    def _extent_blocks(self, reserve_tokens: int) -> int:
+        return max(1, -(-reserve_tokens // self.block_size))
+
+    def _first_fit(self, need: int) -> int | None:
+        """First block id of the lowest free run of at least ``need`` blocks."""
+        if need > len(self.free_queue):
+            return None
+        return next((first for first, length in self.free_runs() if length >= need), None)
+
+    def _note_usage(self) -> None:
+        used = self.num_blocks - len(self.free_queue)
+        if used > self.peak_used_blocks:
+            self.peak_used_blocks = used
+
     def _touch(self, blk: Block) -> None:
         if blk.ref_cnt == 0:
             del self.free_queue[blk.block_id]
+            self._note_usage()
         blk.ref_cnt += 1
 
     def _allocate(self) -> Block:
@@ -215,6 +308,8 @@ class KVCacheManager:
         if blk.block_hash is not None:
             self._uncache(blk)
         blk.ref_cnt = 1
+        self._extents = None
+        self._note_usage()
         return blk
 
     def _uncache(self, blk: Block) -> None:

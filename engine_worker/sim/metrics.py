@@ -57,14 +57,14 @@ class EngineMetrics:
                     enable_prefix_caching=str(enable_prefix_caching),
                     model_name=model_name).set(1)
         self.model_name = model_name
-        for metric in (self.prefix_queries, self.prefix_hits, self.external_queries,
-                       self.external_hits, self.kv_usage, self.running, self.waiting,
-                       self.ttft, self.e2e, self.prompt_tokens, self.generation_tokens,
-                       self.preemptions):
-            metric.labels(model_name=model_name)
+        # the labelled children, made once: .labels() per token is most of a decode step
+        self._children = {metric: metric.labels(model_name=model_name) for metric in (
+            self.prefix_queries, self.prefix_hits, self.external_queries, self.external_hits,
+            self.kv_usage, self.running, self.waiting, self.ttft, self.e2e,
+            self.prompt_tokens, self.generation_tokens, self.preemptions)}
 
     def m(self, metric):
-        return metric.labels(model_name=self.model_name)
+        return self._children[metric]
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

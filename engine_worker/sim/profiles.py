@@ -50,6 +50,7 @@ class Efficiency:
     memory: float
     pcie: float
     step_overhead_ms: float
+    swap_copy_overhead_us: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,5 +104,6 @@ def load_profile(spec: str) -> Profile:
                   pcie_gbps=float(g["pcie_gbps"]))
     e = raw["efficiency"]
     eff = Efficiency(compute=float(e["compute"]), memory=float(e["memory"]),
-                     pcie=float(e["pcie"]), step_overhead_ms=float(e["step_overhead_ms"]))
+                     pcie=float(e["pcie"]), step_overhead_ms=float(e["step_overhead_ms"]),
+                     swap_copy_overhead_us=float(e.get("swap_copy_overhead_us", 0.0)))
     return Profile(model=model, gpu=gpu, eff=eff)

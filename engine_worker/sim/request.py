@@ -32,6 +32,7 @@ class RequestStats:
     first_token: float | None = None
     finished: float | None = None
     preemptions: int = 0
+    resume_s: list[float] = field(default_factory=list)  # each preemption -> next token
 
     @property
     def ttft(self) -> float | None:
@@ -69,6 +70,7 @@ class Seq:
     num_computed: int = 0
     outputs: int = 0
     swapped_tokens: int = 0      # swap preemption: tokens whose KV sits in host memory
+    preempted_at: float | None = None
     admitted: bool = False
     finished: bool = False
     seq_id: int = field(default_factory=lambda: next(_ids))
@@ -88,6 +90,11 @@ class RequestHandle:
     @property
     def stats(self) -> RequestStats:
         return self._req.stats
+
+    @property
+    def done(self) -> bool:
+        """Every choice has ended (offline drivers poll this between steps)."""
+        return self._req.done
 
     def abort(self) -> None:
         """Stop generating (client went away) and free the request's blocks."""

@@ -3,7 +3,9 @@
 Prefill is compute-bound (2 x params FLOPs per token plus attention over the context);
 decode is bandwidth-bound (all weights plus every running sequence's KV read once per
 step). Transfers between GPU and CPU memory (swap, CPU-tier loads) go over PCIe and are
-added serially, as vLLM does not overlap them with compute in the simple path.
+added serially, as vLLM does not overlap them with compute in the simple path. A swap
+also pays a fixed cost per copy (one per block, layer and K/V: profiles.yaml,
+``swap_copy_overhead_us``), which is what makes small blocks expensive to swap.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class StepCost:
     flops: float = 0.0
     kv_read_bytes: float = 0.0
     pcie_bytes: float = 0.0
+    pcie_copies: int = 0
     tokens: int = 0
     parts: list[str] = field(default_factory=list)
 
@@ -40,6 +43,11 @@ class StepCost:
     def add_transfer(self, profile: Profile, num_tokens: int) -> None:
         self.pcie_bytes += num_tokens * profile.model.kv_bytes_per_token
 
+    def add_swap(self, profile: Profile, num_tokens: int, block_size: int) -> None:
+        """A swap out or in: the bytes, and one copy per block, per layer, for K and V."""
+        self.add_transfer(profile, num_tokens)
+        self.pcie_copies += 2 * profile.model.layers * -(-num_tokens // block_size)
+
 
 def step_seconds(profile: Profile, cost: StepCost) -> float:
     """Simulated seconds of one step (0 when nothing was scheduled)."""
@@ -48,7 +56,8 @@ def step_seconds(profile: Profile, cost: StepCost) -> float:
     gpu, eff = profile.gpu, profile.eff
     compute = cost.flops / (gpu.bf16_tflops * 1e12 * eff.compute)
     memory = (profile.model.weight_bytes + cost.kv_read_bytes) / (gpu.hbm_gbps * 1e9 * eff.memory)
-    transfer = cost.pcie_bytes / (gpu.pcie_gbps * 1e9 * eff.pcie)
+    transfer = (cost.pcie_bytes / (gpu.pcie_gbps * 1e9 * eff.pcie)
+                + cost.pcie_copies * eff.swap_copy_overhead_us / 1e6)
     busy = max(compute, memory) if cost.tokens else 0.0
     return busy + transfer + eff.step_overhead_ms / 1000.0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import struct
 from collections.abc import Sequence
 
 _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "ta", "shi", "vo",
@@ -11,10 +12,9 @@ _SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "ta", "shi", "vo",
 
 def prompt_key(token_ids: Sequence[int]) -> bytes:
     """A short digest of the prompt that seeds its completions."""
-    h = hashlib.blake2b(digest_size=16)
-    for tok in token_ids:
-        h.update(tok.to_bytes(8, "little", signed=False))
-    return h.digest()
+    # one little-endian unsigned 64-bit word per token, packed at once
+    return hashlib.blake2b(struct.pack(f"<{len(token_ids)}Q", *token_ids),
+                           digest_size=16).digest()
 
 
 def next_token(seed: int, key: bytes, index: int, position: int, vocab: int) -> int:
