@@ -48,6 +48,9 @@ class RouterConfig:
     redis_key_prefix: str = _opt("prefix-router:", "namespace prefix of every Redis key")
     redis_timeout_ms: float = _opt(20.0, "per-call Redis timeout on the request path", *_POSITIVE)
     residency_ttl_s: float = _opt(3600.0, "TTL of residency entries in Redis", *_POSITIVE)
+    responses_ttl_s: float = _opt(86400.0, "how long the worker that made a Responses API "
+                                  "response id is remembered (memory, and Redis when set)",
+                                  *_POSITIVE)
     discover: bool = _opt(False, "also take workers from the Redis registry")
     registry_poll_s: float = _opt(1.0, "how often to re-read the Redis registry", *_POSITIVE)
     load_publish_s: float = _opt(0.25, "how often to publish/read in-flight counts", *_POSITIVE)

@@ -77,16 +77,20 @@ class Engine:
         self.kv.listeners.append(listener)
 
     def submit(self, prompt_token_ids: Sequence[int], max_tokens: int = 16, n: int = 1,
-               request_id: str | None = None) -> RequestHandle:
+               request_id: str | None = None, cache_salt: str | None = None,
+               lora: tuple[str, str] | None = None) -> RequestHandle:
         """Queue a request; iterate the handle for its TokenEvents (async)."""
         self._ensure_running()
-        handle = self.add_request(prompt_token_ids, max_tokens, n, request_id)
+        handle = self.add_request(prompt_token_ids, max_tokens, n, request_id, cache_salt, lora)
         self._wakeup.set()
         return handle
 
     def add_request(self, prompt_token_ids: Sequence[int], max_tokens: int = 16, n: int = 1,
-                    request_id: str | None = None) -> RequestHandle:
-        """Queue a request without starting the loop (offline use with ``step``)."""
+                    request_id: str | None = None, cache_salt: str | None = None,
+                    lora: tuple[str, str] | None = None) -> RequestHandle:
+        """Queue a request without starting the loop (offline use with ``step``). A
+        cache_salt or a LoRA adapter (name, path) keys its blocks apart, as vLLM's extra
+        keys do."""
         prompt = list(prompt_token_ids)
         if not prompt:
             raise ValueError("the prompt must have at least one token")
@@ -101,7 +105,8 @@ class Engine:
         if n > 1 and self.kv.allocation == "contiguous":
             raise ValueError("n > 1 needs paged KV (contiguous allocation cannot share)")
         req = Request(request_id=request_id or f"sim-{next(self._ids)}", prompt=prompt,
-                      prompt_hashes=self.hasher.chain(prompt), max_tokens=max_tokens, n=n,
+                      prompt_hashes=self.hasher.chain(prompt, cache_salt=cache_salt, lora=lora),
+                      max_tokens=max_tokens, n=n,
                       key=textgen.prompt_key(prompt),
                       stats=RequestStats(prompt_tokens=len(prompt), arrival=self._now()))
         req.live_seqs = 1

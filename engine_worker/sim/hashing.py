@@ -17,6 +17,8 @@ from typing import Any
 
 import cbor2
 
+from router.protocol.block_hash import block_extra_keys
+
 HashFn = Callable[[Any], bytes]
 
 
@@ -57,12 +59,16 @@ class BlockHasher:
                    extra_keys: tuple[Any, ...] | None = None) -> bytes:
         return self.fn((self.root if parent is None else parent, tuple(tokens), extra_keys))
 
-    def chain(self, tokens: Sequence[int], parent: bytes | None = None) -> list[bytes]:
-        """Hashes of every full block of ``tokens`` (the trailing partial block is not hashed)."""
+    def chain(self, tokens: Sequence[int], parent: bytes | None = None,
+              cache_salt: str | None = None, lora: tuple[str, str] | None = None
+              ) -> list[bytes]:
+        """Hashes of every full block of ``tokens`` (the trailing partial block is not
+        hashed), with vLLM's extra keys for a cache_salt and a LoRA adapter (name, path)."""
         out: list[bytes] = []
         bs = self.block_size
         for start in range(0, len(tokens) - bs + 1, bs):
-            parent = self.hash_block(parent, tokens[start:start + bs])
+            parent = self.hash_block(parent, tokens[start:start + bs],
+                                     block_extra_keys(start, cache_salt, lora))
             out.append(parent)
         return out
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +35,7 @@ class Params:
     n: int
     stream: bool
     include_usage: bool
+    cache_salt: str | None = None
 
 
 def render_chat(messages: list[Any], add_generation_prompt: bool = True,
@@ -79,11 +81,12 @@ def _int_field(body: dict[str, Any], name: str, default: int, low: int) -> int:
     return value
 
 
-def parse(body: Any, chat: bool, served_model: str) -> Params:
+def parse(body: Any, chat: bool, served_model: str,
+          adapters: Collection[str] = ()) -> Params:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     model = body.get("model") or served_model
-    if model != served_model:
+    if model != served_model and model not in adapters:
         raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError")
     prompt_text: str | None = None
     prompt_ids: list[int] | None = None
@@ -113,9 +116,12 @@ def parse(body: Any, chat: bool, served_model: str) -> Params:
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
         raise ApiError(400, "'stream_options' must be an object")
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise ApiError(400, "'cache_salt' must be a non-empty string")
     return Params(chat=chat, model=model, prompt_text=prompt_text, prompt_ids=prompt_ids,
                   max_tokens=max_tokens, n=n, stream=stream,
-                  include_usage=bool(opts.get("include_usage", False)))
+                  include_usage=bool(opts.get("include_usage", False)), cache_salt=salt)
 
 
 def new_id(chat: bool) -> str:

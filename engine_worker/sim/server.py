@@ -16,6 +16,10 @@ from aiohttp import web
 
 from engine_worker.sim import openai_api as api
 from engine_worker.sim.engine import Engine
+from engine_worker.sim.http import error_response, json_response, send_json
+from engine_worker.sim.messages_api import MessagesApi
+from engine_worker.sim.pooling_api import add_pooling_routes
+from engine_worker.sim.responses_api import ResponsesApi
 from engine_worker.sim.tokenizer import HFTokenizer, SimTokenizer
 
 log = logging.getLogger("prefix_sim")
@@ -39,6 +43,7 @@ class SimServer:
         self.tokenizer = tokenizer
         self.faults = faults or Faults()
         self.model = engine.config.model_name
+        self.adapters: dict[str, str] = {}  # LoRA adapters loaded: name -> path
         self._rng = random.Random(seed)
         self._requests = 0
         self.in_flight = 0
@@ -56,6 +61,10 @@ class SimServer:
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/version", self.version)
         app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
+        app.router.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
+        ResponsesApi(self).add_routes(app)
+        add_pooling_routes(app, self)
+        MessagesApi(self).add_routes(app)
         return app
 
     # -- simple endpoints ----------------------------------------------------------
@@ -63,7 +72,7 @@ class SimServer:
         return web.Response(status=503 if self.draining else 200)
 
     async def version(self, _: web.Request) -> web.Response:
-        return _json({"version": "prefix-sim"})
+        return json_response({"version": "prefix-sim"})
 
     async def reset_prefix_cache(self, _: web.Request) -> web.Response:
         """vLLM's dev-mode endpoint: drop every cached block (an eviction, on demand)."""
@@ -76,10 +85,35 @@ class SimServer:
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def models(self, _: web.Request) -> web.Response:
-        card = {"id": self.model, "object": "model", "created": int(time.time()),
-                "owned_by": "vllm", "root": self.model, "parent": None,
-                "max_model_len": self.engine.max_model_len}
-        return _json({"object": "list", "data": [card]})
+        created = int(time.time())
+        cards = [{"id": self.model, "object": "model", "created": created,
+                  "owned_by": "vllm", "root": self.model, "parent": None,
+                  "max_model_len": self.engine.max_model_len}]
+        cards += [{"id": name, "object": "model", "created": created, "owned_by": "vllm",
+                   "root": path, "parent": self.model} for name, path in self.adapters.items()]
+        return json_response({"object": "list", "data": cards})
+
+    async def load_lora_adapter(self, request: web.Request) -> web.Response:
+        """vLLM's runtime LoRA loading (VLLM_ALLOW_RUNTIME_LORA_UPDATING), without weights."""
+        try:
+            body = orjson.loads(await request.read())
+            name, path = body["lora_name"], body["lora_path"]
+            if not isinstance(name, str) or not isinstance(path, str):
+                raise KeyError(name)
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return error_response(api.ApiError(400, "'lora_name' and 'lora_path' are required"))
+        self.adapters[name] = path
+        return web.Response(text=f"Success: LoRA adapter '{name}' added successfully.")
+
+    def lora(self, model: str) -> tuple[str, str] | None:
+        """(name, path) when ``model`` names a loaded adapter: its blocks are keyed apart."""
+        path = self.adapters.get(model)
+        return None if path is None else (model, path)
+
+    def submit(self, ids: list[int], max_tokens: int, model: str,
+               cache_salt: str | None = None) -> Any:
+        return self.engine.submit(ids, max_tokens, 1, cache_salt=cache_salt,
+                                  lora=self.lora(model))
 
     async def tokenize(self, request: web.Request) -> web.Response:
         try:
@@ -93,11 +127,11 @@ class SimServer:
             else:
                 raise api.ApiError(400, "'prompt' (string) or 'messages' is required")
         except orjson.JSONDecodeError:
-            return _error(api.ApiError(400, "invalid JSON body"))
+            return error_response(api.ApiError(400, "invalid JSON body"))
         except api.ApiError as err:
-            return _error(err)
+            return error_response(err)
         tokens = self.tokenizer.encode(text)
-        return _json({"count": len(tokens), "max_model_len": self.engine.max_model_len,
+        return json_response({"count": len(tokens), "max_model_len": self.engine.max_model_len,
                       "tokens": tokens})
 
     # -- generation ----------------------------------------------------------------
@@ -109,39 +143,43 @@ class SimServer:
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
         if self.draining:
-            return _error(api.ApiError(503, "server is draining", "ServiceUnavailableError"))
+            return error_response(api.ApiError(503, "server is draining",
+                                               "ServiceUnavailableError"))
         try:
-            params = api.parse(orjson.loads(await request.read()), chat, self.model)
+            params = api.parse(orjson.loads(await request.read()), chat, self.model,
+                               self.adapters)
             ids = params.prompt_ids or self.tokenizer.encode(params.prompt_text or "")
             if not ids:
                 raise api.ApiError(400, "the prompt is empty")
         except orjson.JSONDecodeError:
-            return _error(api.ApiError(400, "invalid JSON body"))
+            return error_response(api.ApiError(400, "invalid JSON body"))
         except api.ApiError as err:
-            return _error(err)
+            return error_response(err)
         self._requests += 1
         die = self.faults.fail_after > 0 and self._requests > self.faults.fail_after
         if self.faults.fail_rate and self._rng.random() < self.faults.fail_rate:
-            return _error(api.ApiError(500, "injected failure", "InternalServerError"))
+            return error_response(api.ApiError(500, "injected failure", "InternalServerError"))
         if self.faults.stall_ms:
             await asyncio.sleep(self.faults.stall_ms / 1000)
         if die and not params.stream:
             _die()
         try:
-            handle = self.engine.submit(ids, params.max_tokens, params.n)
+            handle = self.engine.submit(ids, params.max_tokens, params.n,
+                                        cache_salt=params.cache_salt,
+                                        lora=self.lora(params.model))
         except ValueError as exc:
-            return _error(api.ApiError(400, str(exc)))
-        self._enter()
+            return error_response(api.ApiError(400, str(exc)))
+        self.enter()
         try:
             if params.stream:
                 return await self._stream(request, params, handle, die)
             texts = ["" for _ in range(params.n)]
             async for ev in handle:
                 texts[ev.index] += ev.text
-            return _json(api.full_response(params, api.new_id(chat), texts, handle.stats))
+            return json_response(api.full_response(params, api.new_id(chat), texts, handle.stats))
         finally:
             handle.abort()  # no-op when finished; frees blocks when the client left
-            self._leave()
+            self.leave()
 
     async def _stream(self, request: web.Request, params: api.Params, handle: Any,
                       die: bool) -> web.StreamResponse:
@@ -154,24 +192,24 @@ class SimServer:
             first = ev.index not in started
             started.add(ev.index)
             if params.chat and first:
-                await _send(resp, api.chunk(params, rid, created, ev.index, "", None, True))
-            await _send(resp, api.chunk(params, rid, created, ev.index, ev.text, None))
+                await send_json(resp, api.chunk(params, rid, created, ev.index, "", None, True))
+            await send_json(resp, api.chunk(params, rid, created, ev.index, ev.text, None))
             if die:
                 _die()
             if ev.finish_reason is not None:
-                await _send(resp, api.chunk(params, rid, created, ev.index,
+                await send_json(resp, api.chunk(params, rid, created, ev.index,
                                             None if params.chat else "", ev.finish_reason))
         if params.include_usage:
-            await _send(resp, api.usage_chunk(params, rid, created, handle.stats))
+            await send_json(resp, api.usage_chunk(params, rid, created, handle.stats))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp
 
-    def _enter(self) -> None:
+    def enter(self) -> None:
         self.in_flight += 1
         self._idle.clear()
 
-    def _leave(self) -> None:
+    def leave(self) -> None:
         self.in_flight -= 1
         if self.in_flight == 0:
             self._idle.set()
@@ -181,18 +219,6 @@ class SimServer:
         self.draining = True
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout_s)
-
-
-async def _send(resp: web.StreamResponse, obj: dict[str, Any]) -> None:
-    await resp.write(b"data: " + orjson.dumps(obj) + b"\n\n")
-
-
-def _json(obj: Any, status: int = 200) -> web.Response:
-    return web.Response(body=orjson.dumps(obj), status=status, content_type="application/json")
-
-
-def _error(err: api.ApiError) -> web.Response:
-    return _json(err.body(), status=err.status)
 
 
 def _die() -> None:

@@ -8,7 +8,7 @@ import logging
 import aiohttp
 import orjson
 
-from router.fleet.workers import Worker, WorkerPool
+from router.fleet.workers import LoraAdapter, Worker, WorkerPool
 from router.infra.metrics import RouterMetrics
 
 log = logging.getLogger(__name__)
@@ -59,16 +59,21 @@ class HealthChecker:
             if resp.status != 200:
                 return
             body = await resp.read()
-        models = parse_model_ids(body)
-        if models is None:  # its /health said yes: keep it, with the models last known
+        parsed = parse_models(body)
+        if parsed is None:  # its /health said yes: keep it, with the models last known
             log.warning("worker %s answered /v1/models with an unexpected body", worker.id)
             return
+        models, adapters = parsed
         if models and models != worker.models:
             worker.models = models
+        if adapters != worker.adapters:
+            worker.adapters = adapters
 
 
-def parse_model_ids(body: bytes) -> frozenset[str] | None:
-    """The ids in an OpenAI model listing; None unless it is ``{"data": [...]}``.
+def parse_models(body: bytes) -> tuple[frozenset[str], dict[str, LoraAdapter]] | None:
+    """The ids in an OpenAI model listing, and the LoRA adapters among them (vLLM's cards
+    name an adapter's base model as ``parent`` and its path as ``root``); None unless it
+    is ``{"data": [...]}``.
 
     Entries without an id are skipped; a body of any other shape is a worker's bug, and
     must cost that worker its model update, never the health loop."""
@@ -78,5 +83,7 @@ def parse_model_ids(body: bytes) -> frozenset[str] | None:
         return None
     if not isinstance(listing, dict) or not isinstance(data := listing.get("data", []), list):
         return None
-    return frozenset(str(m["id"]) for m in data
-                     if isinstance(m, dict) and isinstance(m.get("id"), str | int))
+    cards = [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str | int)]
+    adapters = {str(m["id"]): LoraAdapter(str(m["id"]), m["parent"], str(m.get("root") or ""))
+                for m in cards if isinstance(m.get("parent"), str)}
+    return frozenset(str(m["id"]) for m in cards), adapters

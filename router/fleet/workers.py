@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -18,13 +18,24 @@ log = logging.getLogger(__name__)
 Hook = Callable[["Worker"], None]
 
 
+@dataclass(frozen=True, slots=True)
+class LoraAdapter:
+    """A LoRA adapter a worker has loaded: vLLM lists it in /v1/models with its parent
+    (the base model) and its path as ``root``; the path enters its block hashes."""
+
+    name: str
+    parent: str
+    path: str
+
+
 @dataclass(eq=False, slots=True)
 class Worker:
     """One upstream engine. ``load`` is what the bounded-load policy counts."""
 
     id: str
     url: str
-    models: frozenset[str] = frozenset()
+    models: frozenset[str] = frozenset()  # base models and the adapters loaded
+    adapters: Mapping[str, LoraAdapter] = field(default_factory=dict)
     source: str = "static"  # static | registry | admin
     healthy: bool = False
     draining: bool = False
@@ -117,7 +128,19 @@ class WorkerPool:
             _run(self.on_down, worker)
 
     def candidates(self, model: str | None) -> list[Worker]:
+        """Routable workers serving the model; for a LoRA adapter only those that list it
+        loaded (one whose model list is not known yet may not have it)."""
+        if model is not None and self.adapter(model) is not None:
+            return [w for w in self._workers.values()
+                    if model in w.adapters and w.routable()]
         return [w for w in self._workers.values() if w.serves(model) and w.routable()]
+
+    def adapter(self, model: str) -> LoraAdapter | None:
+        """The adapter ``model`` names, as some worker loaded it (None: not an adapter)."""
+        for worker in self._workers.values():
+            if model in worker.adapters:
+                return worker.adapters[model]
+        return None
 
     def knows_model(self, model: str) -> bool:
         return any(w.serves(model) for w in self._workers.values())

@@ -33,6 +33,31 @@ class PreciseKey:
     block_size: int
 
 
+@dataclass(frozen=True, slots=True)
+class HashExtras:
+    """What besides the token ids enters vLLM's block hashes (router/protocol/block_hash)."""
+
+    cache_salt: str | None
+    lora: tuple[str, str] | None  # (adapter name, path)
+
+
+def _lora(model: str | None, candidates: Sequence[Worker]) -> tuple[str, str] | None:
+    """(name, path) of the adapter ``model`` names, as the candidates loaded it."""
+    for worker in candidates:
+        adapter = worker.adapters.get(model or "")
+        if adapter is not None:
+            return adapter.name, adapter.path
+    return None
+
+
+def lora_parent(model: str | None, candidates: Sequence[Worker]) -> str | None:
+    for worker in candidates:
+        adapter = worker.adapters.get(model or "")
+        if adapter is not None:
+            return adapter.parent
+    return model
+
+
 class PreciseMatcher:
     def __init__(self, tokenizers: Mapping[str, PromptTokenizer], feeds: KVEventFeeds,
                  max_blocks: int, key_blocks: int) -> None:
@@ -53,14 +78,20 @@ class PreciseMatcher:
 
     async def key(self, body: Mapping[str, Any], model: str | None, chat: bool,
                   candidates: Sequence[Worker]) -> PreciseKey | None:
-        tokenizer = self.tokenizers.get(model or "")
+        """None when the request can't be hashed as the engines hash it. A LoRA adapter
+        is tokenized by its parent's tokenizer and hashed with its (name, path), as vLLM
+        keys an adapter's blocks apart from the base model's."""
+        lora = _lora(model, candidates)
+        base = lora_parent(model, candidates) if lora is not None else model
+        tokenizer = self.tokenizers.get(base or "")
         params = self._hash_params(candidates) if tokenizer is not None else None
         if tokenizer is None or params is None:
             return None
         block_size, seed = params
+        extra = HashExtras(body.get("cache_salt"), lora)
         try:
             ids, chain = await asyncio.to_thread(self._ids_and_chain, tokenizer, body, chat,
-                                                 block_size, seed)
+                                                 block_size, seed, extra)
         except InvalidPrompt:
             raise
         except Exception as exc:  # noqa: BLE001 - a template error: route approximately
@@ -70,13 +101,15 @@ class PreciseMatcher:
         return PreciseKey(RoutingKey(key=key, chain=chain), len(ids), block_size)
 
     def _ids_and_chain(self, tokenizer: PromptTokenizer, body: Mapping[str, Any], chat: bool,
-                       block_size: int, seed: str) -> tuple[list[int], tuple[bytes, ...]]:
+                       block_size: int, seed: str, extra: HashExtras
+                       ) -> tuple[list[int], tuple[bytes, ...]]:
         """Tokenize and hash in a worker thread: both are CPU work (~30 ms and ~6 ms for
         12 k tokens here) that would otherwise stall every other request on the loop."""
         ids = tokenizer.token_ids(body, chat)
         usable = ids[: self.max_blocks * block_size]
         return ids, tuple(block_key(h).to_bytes(8, "big")
-                          for h in block_hashes(usable, block_size, seed=seed))
+                          for h in block_hashes(usable, block_size, seed=seed,
+                                                cache_salt=extra.cache_salt, lora=extra.lora))
 
     def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> dict[str, int]:
         """Leading blocks of the chain each worker holds now (its exact cache hit)."""

@@ -11,7 +11,10 @@ the exact residency built from KV events. Mirrors vllm/v1/core/kv_cache_utils.py
 
 with canonical CBOR. Only full blocks are hashed. KV events carry `block_key(h)`, the low
 64 bits, by default (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1). extra_keys is None for plain
-text requests without LoRA, multimodal inputs or cache_salt.
+text requests; ``block_extra_keys`` builds it for LoRA and cache_salt as
+generate_block_hash_extra_keys does: tagged tuples, the adapter's ("lora", name, path) on
+every block, then ("cache_salt", salt) on the first block only (its hash seeds the rest
+of the chain, so one salted block isolates the whole prompt).
 """
 
 from __future__ import annotations
@@ -32,13 +35,25 @@ def none_hash(seed: str = "0") -> bytes:
     return sha256_cbor(seed)
 
 
+def block_extra_keys(start: int, cache_salt: str | None = None,
+                     lora: tuple[str, str] | None = None) -> tuple[Any, ...] | None:
+    """The extra keys of the block starting at token ``start``; lora is (name, path)."""
+    keys: list[tuple[str, ...]] = []
+    if lora is not None:
+        keys.append(("lora", *lora))
+    if start == 0 and cache_salt:
+        keys.append(("cache_salt", cache_salt))
+    return tuple(keys) or None
+
+
 def block_hashes(token_ids: Sequence[int], block_size: int, seed: str = "0",
-                 extra_keys: tuple[Any, ...] | None = None,
-                 parent: bytes | None = None) -> list[bytes]:
+                 parent: bytes | None = None, cache_salt: str | None = None,
+                 lora: tuple[str, str] | None = None) -> list[bytes]:
     """Chained sha256_cbor hashes of every full block of token_ids."""
     parent = parent or none_hash(seed)
     out: list[bytes] = []
     for start in range(0, len(token_ids) - block_size + 1, block_size):
-        parent = sha256_cbor((parent, tuple(token_ids[start:start + block_size]), extra_keys))
+        extra = block_extra_keys(start, cache_salt, lora)
+        parent = sha256_cbor((parent, tuple(token_ids[start:start + block_size]), extra))
         out.append(parent)
     return out

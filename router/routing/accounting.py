@@ -20,7 +20,7 @@ from router.routing.usage import MARK, Usage, find_usage
 
 class Attempt:
     __slots__ = ("_on_first_byte", "ahead_tokens", "candidate", "ended", "first_byte_s",
-                 "request", "stamp", "started", "stream", "usage", "worker")
+                 "observer", "request", "stamp", "started", "stream", "usage", "worker")
 
     def __init__(self, request: RoutingRequest, candidate: Candidate, stream: bool,
                  on_first_byte: Callable[[Attempt], None]) -> None:
@@ -33,6 +33,7 @@ class Attempt:
         self.usage: Usage | None = None
         self.ended = False
         self.stamp: int | None = None  # residency stamp of the oldest predicted-warm block
+        self.observer: Callable[[Attempt, bytes], None] | None = None  # sees what saw sees
         cost = self.worker.cost
         self.ahead_tokens = cost.queued_tokens()
         cost.pending_tokens += candidate.uncached_tokens
@@ -51,6 +52,8 @@ class Attempt:
 
     def saw(self, data: bytes) -> None:
         """A body or stream chunk; the one carrying usage is kept for ``complete``."""
+        if self.observer is not None:
+            self.observer(self, data)
         if MARK in data or b'"usage": {' in data:
             found = find_usage(data)
             if found is not None:

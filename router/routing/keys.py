@@ -121,9 +121,25 @@ def anchor(chain: Sequence[bytes], key_blocks: int, whole: Callable[[], bytes],
     return blake2b(whole(), digest_size=HASH_BYTES, key=seed).hexdigest()
 
 
+def cache_salt(body: dict[str, Any]) -> str | None:
+    """vLLM's ``cache_salt``: a tenant's prefix-cache namespace (a non-empty string)."""
+    salt = body.get("cache_salt")
+    if salt is not None and (not isinstance(salt, str) or not salt):
+        raise InvalidPrompt("'cache_salt' must be a non-empty string")
+    return salt
+
+
+def chain_seed(model: str, salt: str | None = None) -> bytes:
+    """The chain's root: the model, and the salt when sent. vLLM folds the salt into the
+    first block's hash only, which changes every later link too; seeding the text chain
+    with it does the same, so prompts of different tenants share no link (and no key)."""
+    data = model.encode() if salt is None else model.encode() + b"\x00salt\x00" + salt.encode()
+    return blake2b(data, digest_size=HASH_BYTES).digest()
+
+
 def prompt_key(prompt: bytes, model: str, block_size: int, max_blocks: int,
-               key_blocks: int) -> RoutingKey:
+               key_blocks: int, salt: str | None = None) -> RoutingKey:
     """Key from the prompt itself: the chain link at block min(n, key_blocks)."""
-    seed = blake2b(model.encode(), digest_size=HASH_BYTES).digest()
+    seed = chain_seed(model, salt)
     chain = block_chain(prompt, block_size, max_blocks, seed)
     return RoutingKey(key=anchor(chain, key_blocks, lambda: prompt, seed), chain=chain)

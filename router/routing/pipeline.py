@@ -96,7 +96,7 @@ class Pipeline:
             if request is None:
                 prompt = read_prompt(payload)
                 key = keys.prompt_key(prompt, model or "", self.block_chars, self.max_blocks,
-                                      self.key_blocks)
+                                      self.key_blocks, keys.cache_salt(payload))
                 ratio = self.ratio.value
                 request = RoutingRequest(key, len(prompt) / ratio, self.block_chars / ratio,
                                          model, prompt_bytes=len(prompt))

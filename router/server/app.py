@@ -14,7 +14,7 @@ from router.residency.memory import MemoryResidency
 from router.residency.redis import RedisResidency
 from router.routing.pipeline import Pipeline
 from router.routing.policies import PolicyKnobs, make_policy
-from router.server import admin, handlers
+from router.server import admin, handlers, passthrough, responses
 from router.server.contexts import (
     health_checks_ctx,
     http_session_ctx,
@@ -27,6 +27,7 @@ from router.server.discovery import discovery_ctx
 from router.server.errors import openai_errors
 from router.server.precise_ctx import precise_ctx
 from router.server.request_id import request_ids, stamp_request_id
+from router.server.response_owners import RESPONSE_OWNERS, ResponseOwners, response_owners_ctx
 from router.server.state import ROUTER, RouterState
 
 
@@ -59,9 +60,12 @@ def build_app(config: RouterConfig) -> web.Application:
     for worker_id, url in config.workers:
         state.pool.add(state.new_worker(worker_id, url, "static"))
     app[ROUTER] = state
+    app[RESPONSE_OWNERS] = ResponseOwners(redis, config.redis_key_prefix, config.responses_ttl_s,
+                                          timeout_ms=config.redis_timeout_ms)
     app.cleanup_ctx.append(supervisor_ctx)  # first in, so last out: no task outlives the app
     app.cleanup_ctx.append(http_session_ctx)
     app.cleanup_ctx.append(redis_ctx)  # closed after the residency store's last flush
+    app.cleanup_ctx.append(response_owners_ctx)  # and after the owners' last writes
     app.cleanup_ctx.append(residency_ctx)
     app.cleanup_ctx.append(snapshot_ctx)  # saved before the store closes
     app.cleanup_ctx.append(health_checks_ctx)
@@ -72,6 +76,10 @@ def build_app(config: RouterConfig) -> web.Application:
     app.router.add_post("/v1/completions", handlers.completions)
     app.router.add_post("/v1/embeddings", handlers.embeddings)
     app.router.add_get("/v1/models", handlers.list_models)
+    app.router.add_post("/v1/responses", responses.create)
+    app.router.add_get("/v1/responses/{response_id}", responses.retrieve)
+    app.router.add_post("/v1/responses/{response_id}/cancel", responses.cancel)
+    passthrough.add_routes(app)
     app.router.add_get("/health", handlers.health)
     app.router.add_get("/ready", handlers.ready)
     app.router.add_get("/metrics", handlers.metrics)

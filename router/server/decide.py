@@ -21,6 +21,7 @@ from router.routing.request import RoutingRequest
 from router.server.errors import RequestError
 
 PromptReader = Callable[[dict[str, Any]], bytes]
+View = Callable[[dict[str, Any]], dict[str, Any]]
 CHAT_PATH = "/v1/chat/completions"
 NO_KEY = keys.RoutingKey("", ())
 PROMPT_READERS: dict[str, PromptReader | None] = {
@@ -46,12 +47,16 @@ class Routed:
 
 
 async def decide(pipeline: Pipeline, body: bytes, path: str, read_prompt: PromptReader | None,
-                 context_hash: str | None, subset: Collection[str] | None = None) -> Routed:
+                 context_hash: str | None, subset: Collection[str] | None = None, *,
+                 parsed: Parsed | None = None, chat: bool | None = None,
+                 view: View | None = None) -> Routed:
     """Raises ``Rejected`` (a ``RequestError`` for a bad body) with the status to answer.
 
     ``subset``: worker addresses (``host:port``) the gateway allows for this request; none
-    of them routable is a 503, as the endpoint-picker protocol asks."""
-    parsed = parse(body)
+    of them routable is a 503, as the endpoint-picker protocol asks. ``view`` shows
+    another API's body as a chat request (router/routing/prompt_views.py), keyed as chat;
+    ``parsed``: the body, when the caller had to read it first."""
+    parsed = parsed or parse(body)
     candidates = pipeline.candidates(parsed.model)
     if subset is not None:
         allowed = set(subset)
@@ -63,8 +68,15 @@ async def decide(pipeline: Pipeline, body: bytes, path: str, read_prompt: Prompt
         routing = RoutingRequest(NO_KEY, 0.0, 1.0, parsed.model, source="none")
         return Routed(parsed, routing, Decision(sorted(candidates, key=lambda c: c.load),
                                                 "least_loaded"))
-    routing = await pipeline.key(parsed.payload, parsed.model, path == CHAT_PATH, read_prompt,
-                                 context_hash, candidates)
+    payload = parsed.payload
+    if view is not None:
+        try:
+            payload = view(payload)
+        except keys.InvalidPrompt as exc:
+            raise RequestError(400, str(exc), "invalid_prompt") from None
+    chat = path == CHAT_PATH if chat is None else chat
+    routing = await pipeline.key(payload, parsed.model, chat, read_prompt, context_hash,
+                                 candidates)
     await pipeline.annotate(routing, candidates)
     return Routed(parsed, routing, pipeline.rank(routing, candidates))
 

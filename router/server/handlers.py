@@ -1,7 +1,8 @@
-"""OpenAI-compatible request handlers: the request path, read top to bottom in ``_route``.
+"""OpenAI-compatible request handlers: the request path, read top to bottom in ``route``.
 
 parse once -> candidates -> key -> signals -> rank (router/server/decide.py, shared with
-the endpoint picker) -> forward the original bytes -> complete. The steps live in
+the endpoint picker) -> forward the original bytes -> complete; ``route`` drives every
+routed API, each described by a ``Route``. The steps live in
 router/routing/pipeline.py; this module only drives them and turns refusals into
 OpenAI-shaped errors. Keys come from the client's X-Context-Hash
 header (ring placement only; residency is matched on the prompt), precise mode (the
@@ -12,54 +13,106 @@ else the approximate text chain; /metrics counts which (routing_key_source).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 from aiohttp import web
 
 from router.client.contract import CONTEXT_HASH_HEADER
+from router.fleet.workers import Worker
+from router.routing.accounting import Attempt
 from router.routing.candidate import Candidate
 from router.routing.errors import Rejected
+from router.routing.policies.base import Decision
 from router.routing.request import RoutingRequest
 from router.server import request_id as request_ids
-from router.server.decide import CHAT_PATH, PROMPT_READERS, decide
+from router.server.decide import (
+    CHAT_PATH,
+    NO_KEY,
+    PROMPT_READERS,
+    Parsed,
+    PromptReader,
+    View,
+    decide,
+    parse,
+)
 from router.server.errors import rejection_response
 from router.server.state import ROUTER
 
 PREDICTED_HEADER = "X-Prefix-Router-Predicted-Cached"
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How one API is keyed: ``read_prompt`` None passes it through to the least-loaded
+    worker serving the model; ``view`` shows another API's body as a chat request
+    (router/routing/prompt_views.py), keyed as chat; ``resumable`` streams may continue
+    on another worker when they break (router/server/resume.py)."""
+
+    path: str  # the router's path (a metrics label); upstream too unless ``route`` says
+    read_prompt: PromptReader | None
+    chat: bool = False
+    view: View | None = None
+    method: str = "POST"
+    resumable: bool = False
+
+
+CHAT = Route(CHAT_PATH, PROMPT_READERS[CHAT_PATH], chat=True, resumable=True)
+COMPLETIONS = Route("/v1/completions", PROMPT_READERS["/v1/completions"], resumable=True)
+EMBEDDINGS = Route("/v1/embeddings", None)
+
+
 async def chat_completions(request: web.Request) -> web.StreamResponse:
-    return await _route(request, CHAT_PATH)
+    return await route(request, CHAT)
 
 
 async def completions(request: web.Request) -> web.StreamResponse:
-    return await _route(request, "/v1/completions")
+    return await route(request, COMPLETIONS)
 
 
 async def embeddings(request: web.Request) -> web.StreamResponse:
     """Passed through to the least-loaded worker serving the model: no prefix to reuse."""
-    return await _route(request, "/v1/embeddings")
+    return await route(request, EMBEDDINGS)
 
 
-async def _route(request: web.Request, path: str) -> web.StreamResponse:
+async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = None,
+                pinned: Worker | None = None, upstream: str | None = None,
+                on_attempt: Callable[[Attempt], None] | None = None) -> web.StreamResponse:
+    """The request path. ``pinned`` sends it to that worker alone (state held in one
+    engine's memory: no other can answer), at ``upstream`` when given; ``on_attempt``
+    sees each try (the Responses API learns which worker made a response id)."""
     state = request.app[ROUTER]
     pipeline = state.pipeline
     started = time.perf_counter()
     request_id = request_ids.request_id(request)
+    path = spec.path
     try:
-        routed = await decide(pipeline, await request.read(), path, PROMPT_READERS[path],
-                              request.headers.get(CONTEXT_HASH_HEADER))
+        if pinned is not None:
+            parsed = parsed or parse(await request.read())
+            routing = RoutingRequest(NO_KEY, 0.0, 1.0, parsed.model, source="none")
+            decision = Decision([Candidate(pinned)], "pinned")
+        else:
+            routed = await decide(pipeline, await request.read(), path, spec.read_prompt,
+                                  request.headers.get(CONTEXT_HASH_HEADER), parsed=parsed,
+                                  chat=spec.chat, view=spec.view)
+            parsed, routing, decision = routed.parsed, routed.routing, routed.decision
     except Rejected as exc:  # RequestError is one too
         return rejection_response(exc, {"X-Request-Id": request_id})
-    parsed, routing, decision = routed.parsed, routed.routing, routed.decision
+
+    def begin(candidate: Candidate) -> Attempt:
+        attempt = pipeline.attempt(routing, candidate, parsed.stream)
+        if on_attempt is not None:
+            on_attempt(attempt)
+        return attempt
 
     assert state.proxy is not None
     outcome = await state.proxy.forward(
-        request, path, parsed.body, decision.ranked, parsed.stream, request_id,
-        decision.reason, lambda c: pipeline.attempt(routing, c, parsed.stream),
+        request, upstream or path, parsed.body, decision.ranked, parsed.stream, request_id,
+        decision.reason, begin,
         _predicted_headers(routing, decision.ranked) if state.config.router_headers else None,
-        parsed.payload if parsed.stream else None)
+        parsed.payload if parsed.stream and spec.resumable else None, spec.method)
     pipeline.complete(outcome.attempts)
 
     served, metrics = outcome.worker, state.metrics

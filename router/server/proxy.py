@@ -103,7 +103,8 @@ class Proxy:
                       ranked: Sequence[Candidate], stream: bool, request_id: str,
                       reason: str, begin: Callable[[Candidate], Attempt],
                       worker_headers: Mapping[str, Mapping[str, str]] | None = None,
-                      payload: Mapping[str, Any] | None = None) -> Outcome:
+                      payload: Mapping[str, Any] | None = None,
+                      method: str = "POST") -> Outcome:
         """Try the ranked workers in turn, each as an Attempt from ``begin`` (the routing
         pipeline's cost accounting); ``worker_headers`` adds per-worker reply headers;
         ``payload`` (the parsed body) lets a broken stream be resumed."""
@@ -127,7 +128,7 @@ class Proxy:
             tried = begin(candidate)
             done.append(tried)
             try:
-                leg = await self._open(tried, path, body, headers, stream)
+                leg = await self._open(tried, path, body, headers, stream, method)
             except UpstreamFailure as exc:
                 log.warning("worker %s failed (%s): %s", worker.id, exc.cause, exc,
                             extra={"request_id": request_id, "worker": worker.id})
@@ -154,7 +155,7 @@ class Proxy:
 
     # -- one leg: dispatch to first byte, close ----------------------------------------
     async def _open(self, tried: Attempt, path: str, body: bytes, headers: CIMultiDict[str],
-                    stream: bool) -> Leg:
+                    stream: bool, method: str = "POST") -> Leg:
         """Dispatch to ``tried.worker`` and wait for its first byte (its whole body when not
         streamed); a failure closes the leg and raises UpstreamFailure."""
         worker = tried.worker
@@ -169,8 +170,9 @@ class Proxy:
             try:
                 async with asyncio.timeout(self._config.first_byte_timeout_s) as scope:
                     leg.scope = scope
-                    leg.upstream = upstream = await self._session.post(
-                        worker.url + path, data=body, headers=headers, timeout=self._timeout)
+                    leg.upstream = upstream = await self._session.request(
+                        method, worker.url + path, data=body, headers=headers,
+                        timeout=self._timeout)
                     if upstream.status >= 500:
                         text = (await upstream.read())[:500].decode(errors="replace")
                         raise UpstreamFailure(502, f"worker {worker.id} answered "
