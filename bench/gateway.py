@@ -30,9 +30,12 @@ def envoy_binary() -> str:
     return path
 
 
-def envoy_config(listen_port: int, admin_port: int, picker: tuple[str, int],
-                 workers: Sequence[str], *, fail_open: bool = False) -> dict[str, Any]:
-    """deploy/envoy/envoy.yaml for this machine: ``workers`` are http://host:port URLs."""
+def envoy_config(listen_port: int, admin_port: int, picker: tuple[str, int] | None,
+                 workers: Sequence[str], *, fail_open: bool = False,
+                 response_body: str = "STREAMED") -> dict[str, Any]:
+    """deploy/envoy/envoy.yaml for this machine: ``workers`` are http://host:port URLs;
+    no ``picker``: Envoy alone (its fallback policy places every request), the floor;
+    ``response_body`` NONE: the lean picker (no usage read from the answers)."""
     config = yaml.safe_load(ENVOY_CONFIG.read_text())
     config["admin"]["address"]["socket_address"]["port_value"] = admin_port
     resources = config["static_resources"]
@@ -42,9 +45,13 @@ def envoy_config(listen_port: int, admin_port: int, picker: tuple[str, int],
     ext_proc = next(f for f in manager["http_filters"]
                     if f["name"] == "envoy.filters.http.ext_proc")["typed_config"]
     ext_proc["failure_mode_allow"] = fail_open
+    ext_proc["processing_mode"]["response_body_mode"] = response_body
     clusters = {c["name"]: c for c in resources["clusters"]}
+    if picker is None:
+        manager["http_filters"] = [f for f in manager["http_filters"]
+                                   if f["name"] != "envoy.filters.http.ext_proc"]
     clusters["picker"]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
-        _endpoint(*picker)]
+        _endpoint(*(picker or ("127.0.0.1", 9)))]
     workers_cluster = clusters["workers"]
     workers_cluster["type"] = "STATIC"
     workers_cluster["load_assignment"]["endpoints"][0]["lb_endpoints"] = [

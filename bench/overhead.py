@@ -24,7 +24,7 @@ import aiohttp
 import numpy as np
 import orjson
 
-from bench import fleet, peers
+from bench import fleet, gateway, peers
 from bench.runner import log
 from bench.workloads.text import block_text
 
@@ -66,13 +66,27 @@ async def _cell(url: str, concurrency: int, total: int, stream: bool) -> dict[st
 
 
 def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
-                  redis_url: str | None) -> fleet.Proc | None:
+                  redis_url: str | None) -> list[fleet.Proc]:
+    """The target's processes, the one clients call first (none: direct)."""
     if name == "direct":
-        return None
+        return []
     if name in peers.PEERS:
-        return peers.start_peer(name, [upstream], logdir, cpus=sut)
-    return fleet.start_router([upstream], "prefix_aware", logdir, cpus=sut, name=name,
-                              redis_url=redis_url if name == "prefix_router_redis" else None)
+        return [peers.start_peer(name, [upstream], logdir, cpus=sut)]
+    if name == "envoy":  # Envoy alone (least-request): the floor under envoy_picker
+        config = gateway.envoy_config(fleet.free_port(), fleet.free_port(), None, [upstream])
+        return [gateway.start_envoy(config, logdir, cpus=sut)]
+    if name.startswith("envoy_picker"):  # Envoy carries the bytes, prefix-router epp decides
+        picker, grpc_port = gateway.start_picker([upstream], "prefix_aware", logdir, cpus=sut)
+        try:  # _lean: the response body does not pass the picker (no usage read)
+            config = gateway.envoy_config(
+                fleet.free_port(), fleet.free_port(), ("127.0.0.1", grpc_port), [upstream],
+                response_body="NONE" if name == "envoy_picker_lean" else "STREAMED")
+            return [gateway.start_envoy(config, logdir, cpus=sut), picker]
+        except Exception:
+            picker.stop()
+            raise
+    return [fleet.start_router([upstream], "prefix_aware", logdir, cpus=sut, name=name,
+                               redis_url=redis_url if name == "prefix_router_redis" else None)]
 
 
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
@@ -101,28 +115,31 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
             redis_url = redis.url
         for target in targets:
             try:
-                proc = _start_target(target, up.url, logdir, sut, redis_url)
+                target_procs = _start_target(target, up.url, logdir, sut, redis_url)
             except Exception as exc:  # noqa: BLE001 - a peer that cannot start is a row
                 results["failures"][target] = str(exc).splitlines()[0][:200]
                 log(f"[overhead] {target}: not run: {results['failures'][target]}")
                 continue
-            url = proc.url if proc else up.url
-            pid = proc.popen.pid if proc else None
+            url = target_procs[0].url if target_procs else up.url
             try:
                 for stream in (False, True):
                     for c in concs:
-                        cpu0 = fleet.cpu_seconds(pid) if pid else None
+                        cpu0 = {p.name: fleet.cpu_seconds(p.popen.pid) for p in target_procs}
                         cell = asyncio.run(_cell(url, c, args.requests, stream))
-                        if pid:
-                            cell["router_cpu_us"] = ((fleet.cpu_seconds(pid) - cpu0)
-                                                     / (cell["n"] + min(50, args.requests)) * 1e6)
+                        sent = cell["n"] + min(50, args.requests)
+                        if target_procs:  # every process of the hop (Envoy and its picker)
+                            split = {p.name: (fleet.cpu_seconds(p.popen.pid) - cpu0[p.name])
+                                     / sent * 1e6 for p in target_procs}
+                            cell["router_cpu_us"] = sum(split.values())
+                            if len(split) > 1:
+                                cell["cpu_split_us"] = split
                         cell.update(target=target, stream=stream, concurrency=c)
                         results["cells"].append(cell)
                         log(f"[overhead] {target} stream={stream} c={c}: "
                             f"{cell['rps']:.0f} req/s p50 {cell['p50_ms']:.2f} ms "
                             f"p99 {cell['p99_ms']:.2f} ms errors {cell['errors']}")
             finally:
-                if proc:
+                for proc in target_procs:
                     proc.stop()
     finally:
         for p in reversed(procs):
@@ -151,10 +168,14 @@ def table(results: dict[str, Any]) -> str:
         def ratio(k: str, c: dict[str, Any] = c, d: dict[str, Any] | None = d) -> str:
             return f"{c[k] / d[k]:.2f}x" if d else "–"
 
+        if cpu is not None and "cpu_split_us" in c:
+            cpu_text = f"{cpu:.0f} (" + " + ".join(
+                f"{name} {us:.0f}" for name, us in c["cpu_split_us"].items()) + ")"
+        else:
+            cpu_text = "–" if cpu is None else f"{cpu:.0f}"
         lines.append(f"| {c['target']} | {'yes' if c['stream'] else 'no'} | {c['concurrency']} "
                      f"| {c['rps']:.0f} | {c['p50_ms']:.2f} | {c['p99_ms']:.2f} | {ratio('rps')} "
-                     f"| {ratio('p50_ms')} | {ratio('p99_ms')} | "
-                     f"{'–' if cpu is None else f'{cpu:.0f}'} | {c['errors']} |")
+                     f"| {ratio('p50_ms')} | {ratio('p99_ms')} | {cpu_text} | {c['errors']} |")
     for target, why in results["failures"].items():
         lines.append(f"| {target} | not run: {why} |" + " |" * 9)
     return "\n".join(lines) + "\n"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from router.client.contract import CONTEXT_HASH_HEADER
@@ -48,9 +49,13 @@ class Exchange:
         self._attempts: list[Attempt] = []
         self._status = 0
         self._closed = False
+        self._body_follows = True  # response body chunks will come (else: first byte = headers)
 
     async def handle(self, message: ext_proc.ProcessingRequest) -> Reply:
         kind = message.WhichOneof("request")
+        if message.HasField("protocol_config"):  # the first message says what will follow
+            self._body_follows = message.protocol_config.response_body_mode != \
+                processing_mode_pb2.ProcessingMode.NONE
         if kind == "request_headers":
             return self._request_headers(message)
         if kind == "request_body":
@@ -152,8 +157,9 @@ class Exchange:
                 current.worker.breaker.on_failure()
             else:
                 current.worker.breaker.on_success()
+        if message.response_headers.end_of_stream or not self._body_follows:
+            self._first_byte()  # no body to wait for: the answer has begun
         if message.response_headers.end_of_stream:
-            self._first_byte()
             self.close()
         if current is None or not self._state.config.router_headers:
             return protocol.CONTINUE_RESPONSE_HEADERS

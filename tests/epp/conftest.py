@@ -67,7 +67,8 @@ class Gateway:
 
 
 def start_gateway(logdir: Path, workers: int = 3, picker_args: tuple[str, ...] = (),
-                  fail_modes: tuple[str, ...] = ("closed",)) -> Gateway:
+                  fail_modes: tuple[str, ...] = ("closed",),
+                  response_body: str = "STREAMED") -> Gateway:
     sims: list[Sim] = []
     started: list[fleet.Proc] = []
     try:
@@ -90,7 +91,8 @@ def start_gateway(logdir: Path, workers: int = 3, picker_args: tuple[str, ...] =
         for mode in fail_modes:
             config = gateway.envoy_config(fleet.free_port(), fleet.free_port(),
                                           ("127.0.0.1", grpc_port), [s.url for s in sims],
-                                          fail_open=mode == "open")
+                                          fail_open=mode == "open",
+                                          response_body=response_body)
             gw.envoys[mode] = gateway.start_envoy(config, logdir, f"envoy-{mode}")
             started.append(gw.envoys[mode])
         return gw

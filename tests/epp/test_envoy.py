@@ -76,6 +76,8 @@ def test_same_context_goes_to_the_same_warm_worker(shared_gateway: Gateway) -> N
         cached.append(json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"])
     assert len(workers) == 1
     assert cached[0] == 0 and all(c > 0 for c in cached[1:])  # the engine's own cache hits
+    # the picker read the usage off the response bodies, as the proxy does
+    assert gw.picker_metric("prefix_router_cached_tokens_actual_total") >= sum(cached)
 
 
 def test_picker_metrics_count_decisions(shared_gateway: Gateway) -> None:
@@ -138,3 +140,26 @@ def test_picker_down_fails_closed_or_open_as_configured(picker_down: Gateway) ->
     status, headers, _ = complete(gw.envoys["open"].url, prompt(5))
     assert status == 200 and "x-prefix-router-worker" not in headers  # Envoy placed it
     assert sum(gw.served().values()) == before + 1
+
+
+def test_lean_mode_still_ends_each_request_and_keeps_contexts_warm(tmp_path) -> None:
+    """Response bodies bypass the picker (response_body_mode NONE): Envoy closing the
+    ext_proc stream is the end of the request, the response headers its first byte."""
+    gw = start_gateway(tmp_path, workers=2, response_body="NONE")
+    try:
+        text = prompt(11, words=1200)
+        workers, reasons = set(), []
+        for _ in range(3):
+            status, headers, body = post(gw.url, {"model": MODEL, "prompt": text,
+                                                  "max_tokens": 6, "stream": True})
+            assert status == 200 and body.endswith(b"data: [DONE]\n\n")
+            workers.add(headers["x-prefix-router-worker"])
+            reasons.append(headers["x-prefix-router-reason"])
+        assert len(workers) == 1 and reasons[1:] == ["warm", "warm"]
+        worker = workers.pop()
+        assert gw.picker_metric("prefix_router_worker_in_flight", worker=worker) == 0
+        assert gw.picker_metric("prefix_router_requests_total", worker=worker,
+                                status="200") == 3
+        assert gw.picker_metric("prefix_router_cached_tokens_actual_total") == 0  # no usage
+    finally:
+        gw.stop()
