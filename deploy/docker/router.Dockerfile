@@ -8,7 +8,8 @@ FROM python:${PYTHON_VERSION}-slim AS build
 WORKDIR /src
 COPY . .
 # Install into a prefix we can copy whole: the runtime stage gets no pip cache, no sources.
-RUN pip install --no-cache-dir --prefix=/install . \
+# The epp extra (grpcio) lets the same image run `prefix-router epp` (the chart's epp mode).
+RUN pip install --no-cache-dir --prefix=/install '.[epp]' \
  && python -m compileall -q /install
 
 FROM python:${PYTHON_VERSION}-slim

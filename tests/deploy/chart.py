@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import jsonschema
 import kubernetes_validate
 import kubernetes_validate.utils
 import yaml
@@ -27,7 +28,11 @@ RELEASE = "rag"
 NAMESPACE = "llm"
 
 # Kinds from CRDs, which kubernetes-validate has no schema for (checked structurally).
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"),
+             ("gateway.networking.k8s.io/v1", "HTTPRoute")}
+# CRDs whose published schema ships in tests/deploy/crds: validated against it.
+CRD_FILES = {("inference.networking.k8s.io/v1", "InferencePool"):
+             Path(__file__).parent / "crds" / "inferencepools.inference.networking.k8s.io.yaml"}
 
 
 @cache
@@ -68,11 +73,46 @@ def one(objs: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[
 
 def validate(obj: dict[str, Any]) -> None:
     """Raise if obj is not a valid object of its kind (strict: unknown fields are errors)."""
+    if (obj["apiVersion"], obj["kind"]) in CRD_FILES:
+        validate_crd(obj)
+        return
     if (obj["apiVersion"], obj["kind"]) in CRD_KINDS:
         assert obj["metadata"]["name"] and isinstance(obj["spec"], dict)
         return
     for version in VALIDATE_VERSIONS:
         kubernetes_validate.validate(obj, version, strict=True)
+
+
+@cache
+def crd_schema(api_version: str, kind: str) -> dict[str, Any]:
+    """The openAPIV3Schema of the served version, closed against unknown fields as the API
+    server prunes and strict clients reject them."""
+    crd = yaml.safe_load(CRD_FILES[(api_version, kind)].read_text())
+    version = api_version.split("/")[1]
+    schema = next(v["schema"]["openAPIV3Schema"] for v in crd["spec"]["versions"]
+                  if v["name"] == version)
+    return _closed(schema)
+
+
+def _closed(schema: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in schema.items() if not k.startswith("x-kubernetes")}
+    if "properties" in out:
+        out["properties"] = {k: _closed(v) for k, v in out["properties"].items()}
+        out.setdefault("additionalProperties", False)
+    if isinstance(out.get("items"), dict):
+        out["items"] = _closed(out["items"])
+    if isinstance(out.get("additionalProperties"), dict):
+        out["additionalProperties"] = _closed(out["additionalProperties"])
+    return out
+
+
+def validate_crd(obj: dict[str, Any]) -> None:
+    schema = crd_schema(obj["apiVersion"], obj["kind"])
+    # metadata is the API server's ObjectMeta, not the CRD's to describe
+    jsonschema.validate({k: v for k, v in obj.items() if k != "metadata"},
+                        {**schema, "properties": {k: v for k, v in schema["properties"].items()
+                                                  if k != "metadata"}})
+    assert obj["metadata"]["name"]
 
 
 def lint(values: dict[str, Any] | None = None) -> dict[str, Any]:

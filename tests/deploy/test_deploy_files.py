@@ -51,6 +51,7 @@ def test_dockerfiles_follow_the_contract():
     worker = (c.DEPLOY / "docker" / "worker.Dockerfile").read_text()
     assert "FROM python:" in router and "pip install" in router
     assert '"prefix-router", "serve"' in router
+    assert "'.[epp]'" in router  # the chart's epp mode runs `prefix-router epp` from it
     assert "FROM vllm/vllm-openai" in worker
     assert 'ENTRYPOINT ["prefix-worker"]' in worker
 
