@@ -68,6 +68,9 @@ class RouterConfig:
                           "predicted faster by this many seconds ...", *_NON_NEGATIVE)
     slack_ratio: float = _opt(0.25, "predicted_ttft: ... plus this share of its predicted TTFT",
                               *_NON_NEGATIVE)
+    cold_slack_s: float = _opt(0.01, "predicted_ttft: a context no worker holds starts on its "
+                               "ring owner unless another starts it this much sooner",
+                               *_NON_NEGATIVE)
     replicate_cost: float = _opt(1.0, "predicted_ttft: weight of the prefill a new replica "
                                  "adds to the fleet, against the time it saves", *_NON_NEGATIVE)
     hot_requests: int = _opt(3, "predicted_ttft: requests within replica_idle_s that make a "

@@ -90,6 +90,7 @@ def build_app(config: RouterConfig) -> web.Application:
 def _knobs(config: RouterConfig) -> PolicyKnobs:
     return PolicyKnobs(epsilon=config.bound_epsilon, margin=config.bound_margin,
                        slack_s=config.slack_s, slack_ratio=config.slack_ratio,
+                       cold_slack_s=config.cold_slack_s,
                        replicate_cost=config.replicate_cost,
                        replica_idle_s=config.replica_idle_s, hot_requests=config.hot_requests,
                        min_match=config.min_match, warm_ratio=config.warm_ratio)

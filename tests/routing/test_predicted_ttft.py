@@ -73,21 +73,24 @@ def test_never_over_the_bound_while_a_candidate_is_under_it(
 
 
 def test_a_cold_key_stays_on_its_ring_owner_within_the_slack() -> None:
-    policy = PredictedTTFT(slack_s=0.05, slack_ratio=0.25)
+    policy = PredictedTTFT(cold_slack_s=0.01)
     workers = pool(4)
     req = request("cold-context")
     first = policy.rank(req, annotate(workers, req, {}, {}))
     owner = first.ranked[0]
     assert first.reason == "ring"
     assert policy.rank(req, annotate(workers, req, {}, {})).reason == "home"  # now its home
-    # the owner has 1,000 tokens queued: 50 ms slower than an idle worker, within the slack
-    fresh = PredictedTTFT(slack_s=0.05, slack_ratio=0.25)
-    kept = fresh.rank(req, annotate(workers, req, {}, {owner.id: 1000}))
+    # the owner has 100 tokens queued: 5 ms slower than an idle worker, within the slack
+    kept = PredictedTTFT(cold_slack_s=0.01).rank(req, annotate(workers, req, {}, {owner.id: 100}))
     assert kept.ranked[0].id == owner.id and kept.reason == "ring"
-    # 10,000 tokens queued (0.5 s) is past the slack: a faster worker takes it
-    moved = PredictedTTFT(slack_s=0.05, slack_ratio=0.25).rank(
-        req, annotate(workers, req, {}, {owner.id: 10_000}))
-    assert moved.ranked[0].id != owner.id and moved.reason == "replicate"
+    # 1,000 tokens queued (50 ms) is past it: the context starts where it starts soonest
+    moved = PredictedTTFT(cold_slack_s=0.01).rank(
+        req, annotate(workers, req, {}, {owner.id: 1000}))
+    assert moved.ranked[0].id != owner.id and moved.reason == "cold"
+    # a context its owner holds is not cold: 50 ms slower is within a move's slack
+    stays = PredictedTTFT(cold_slack_s=0.01).rank(
+        req, annotate(workers, req, {owner.id: 3000}, {owner.id: 4000}))
+    assert stays.ranked[0].id == owner.id and stays.reason == "ring"
 
 
 def test_a_warm_worker_outside_the_home_wins_when_it_is_faster() -> None:

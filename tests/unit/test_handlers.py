@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from tests.unit.fakes import MODEL, FakeWorker, chat_body, fake_workers, router_client
 
 DOC = "PagedAttention keeps each sequence's KV cache in fixed-size blocks. " * 40
-REASONS = {"warm", "home", "ring", "spill", "replicate"}
+REASONS = {"warm", "home", "ring", "spill", "replicate", "cold"}
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ class PolicyKnobs:
     margin: int = 4
     slack_s: float = 0.05
     slack_ratio: float = 0.25
+    cold_slack_s: float = 0.01
     replicate_cost: float = 1.0
     replica_idle_s: float = 30.0
     hot_requests: int = 3
@@ -34,7 +35,8 @@ def make_policy(name: str, knobs: PolicyKnobs | None = None) -> Policy:
     k = knobs or PolicyKnobs()
     if name == "predicted_ttft":
         return PredictedTTFT(epsilon=k.epsilon, margin=k.margin, slack_s=k.slack_s,
-                             slack_ratio=k.slack_ratio, replicate_cost=k.replicate_cost,
+                             slack_ratio=k.slack_ratio, cold_slack_s=k.cold_slack_s,
+                             replicate_cost=k.replicate_cost,
                              replicas=ReplicaSets(idle_s=k.replica_idle_s,
                                                  hot_uses=k.hot_requests))
     if name == "prefix_aware":

@@ -39,6 +39,12 @@ def _ttft(c: Candidate) -> float:
     return c.ttft_s
 
 
+def _start_s(c: Candidate) -> float:
+    """Predicted TTFT as if nothing were cached: for a cold context, the common prefix some
+    workers hold must not decide, or a worker that has served nothing never starts one."""
+    return c.ttft_s + c.cached_tokens / c.worker.cost.prefill.rate
+
+
 def _extra_prefill_s(moved: Candidate, kept: Candidate) -> float:
     """Prefill the fleet does on top by serving on ``moved`` instead of ``kept``."""
     extra = moved.uncached_tokens - kept.uncached_tokens
@@ -50,12 +56,14 @@ class PredictedTTFT:
     needs: tuple[str, ...] = ("residency", "load", "ttft")
 
     def __init__(self, epsilon: float = 0.25, margin: int = 4, slack_s: float = 0.05,
-                 slack_ratio: float = 0.25, replicate_cost: float = 1.0,
+                 slack_ratio: float = 0.25, cold_slack_s: float = 0.01,
+                 replicate_cost: float = 1.0,
                  replicas: ReplicaSets | None = None, depth: int = 4) -> None:
         self.epsilon = epsilon
         self.margin = margin
         self.slack_s = slack_s
         self.slack_ratio = slack_ratio
+        self.cold_slack_s = cold_slack_s
         self.replicate_cost = replicate_cost
         self.replicas = replicas if replicas is not None else ReplicaSets()
         self.depth = depth
@@ -81,6 +89,10 @@ class PredictedTTFT:
         warmer = [c for c in eligible if c.matched_blocks > max(stay.matched_blocks, common)]
         if warmer and (closest := min(warmer, key=_ttft)).ttft_s < stay.ttft_s:
             choice, reason = closest, "warm"
+        elif not warmer and not live and stay.matched_blocks <= common:
+            soonest = min(eligible, key=_start_s)
+            if _start_s(soonest) + self.cold_slack_s < _start_s(stay):
+                choice, reason = soonest, "cold"
         # a merely less busy one must beat the slack, or contexts would scatter
         best = min(eligible, key=_ttft)
         copies = best.matched_blocks < choice.matched_blocks  # leaving a warmer worker
