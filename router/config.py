@@ -121,6 +121,34 @@ class RouterConfig:
                                   *_POSITIVE)
     breaker_cooldown_s: float = _opt(5.0, "open breaker waits this long before a probe",
                                      *_POSITIVE)
+    admission: bool = _opt(False, "overload control: queue in the router past the engines' "
+                           "allowance, 429 with Retry-After past --max-queue-wait-s")
+    max_queue_wait_s: float = _opt(2.0, "admission: wait a request may get before its prefill "
+                                   "starts (router queue + engine queue)", *_POSITIVE)
+    engine_queue_s: float = _opt(0.5, "admission: predicted prefill backlog a worker may hold "
+                                 "before requests wait in the router", *_NON_NEGATIVE)
+    saturation_kv: float = _opt(0.95, "admission: KV-cache usage past which a worker takes no "
+                                "more", lambda v: 0 < v <= 1, "must be in (0, 1]")
+    max_queue_requests: int = _opt(1024, "admission: requests the queue of one model holds",
+                                   *_POSITIVE)
+    max_queue_tokens: int = _opt(4_000_000, "admission: uncached prompt tokens the queue of "
+                                 "one model holds", *_POSITIVE)
+    fair_quantum_tokens: int = _opt(2048, "admission: DRR quantum, uncached tokens a tenant "
+                                    "earns per turn", *_POSITIVE)
+    queue_keepalive_s: float = _opt(10.0, "admission: a queued stream gets an SSE comment this "
+                                    "often", *_POSITIVE)
+    tenant_from: str = _opt("header", "admission: tenant from the tenant header, else the API "
+                            "key (header), or from the API key only (api_key)",
+                            lambda v: v in ("header", "api_key"), "must be header or api_key")
+    tenant_header: str = _opt("X-Tenant", "admission: header naming the tenant")
+    tenant_requests_per_s: float = _opt(0.0, "admission: per-tenant request rate limit "
+                                        "(0: none), shared through Redis", *_NON_NEGATIVE)
+    tenant_tokens_per_s: float = _opt(0.0, "admission: per-tenant uncached prompt tokens/s "
+                                      "limit (0: none), shared through Redis", *_NON_NEGATIVE)
+    tenant_burst_s: float = _opt(2.0, "admission: a tenant's bucket holds this many seconds "
+                                 "of its rate", *_POSITIVE)
+    limits_sync_s: float = _opt(0.1, "admission: how often limits are synced through Redis",
+                                *_POSITIVE)
     router_headers: bool = _opt(True, "add X-Prefix-Router-Worker/-Reason to responses")
     admin_token: str = _opt("", "bearer token for /admin (empty: admin routes are off)")
     epp_port: int = _opt(9002, "endpoint-picker mode (prefix-router epp): ext_proc gRPC port",

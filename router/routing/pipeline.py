@@ -56,6 +56,7 @@ class Pipeline:
         self.signals = build_signals(policy.needs, SignalContext(residency))
         self.use_precise(precise)
         self.feedback = CacheFeedback(residency, metrics, self.ratio)
+        self.on_first_byte: list[Callable[[], None]] = []  # a prefill ended (admission)
 
     def use_precise(self, precise: PreciseKeyer | None) -> None:
         """Precise mode starts with the app (tokenizers, KV-event feeds), after the pipeline."""
@@ -137,6 +138,8 @@ class Pipeline:
         """First byte: the engine has computed the prompt, so it is resident there now."""
         if not attempt.request.exact and attempt.request.key.chain:
             self.residency.record(attempt.worker.id, attempt.request.key.chain)
+        for listener in self.on_first_byte:
+            listener()
 
     def complete(self, attempts: list[Attempt]) -> None:
         """After the last byte: learn from what the engines said about each try."""

@@ -15,6 +15,7 @@ from router.residency.redis import RedisResidency
 from router.routing.pipeline import Pipeline
 from router.routing.policies import PolicyKnobs, make_policy
 from router.server import admin, handlers, passthrough, responses
+from router.server.admission_edge import admission_ctx
 from router.server.contexts import (
     health_checks_ctx,
     http_session_ctx,
@@ -72,6 +73,7 @@ def build_app(config: RouterConfig) -> web.Application:
     app.cleanup_ctx.append(precise_ctx)  # before discovery: registry workers get feeds
     app.cleanup_ctx.append(discovery_ctx)  # needs the health checker for new workers
     app.cleanup_ctx.append(load_ctx)
+    app.cleanup_ctx.append(admission_ctx)  # after load: its tick reads the scraped queues
     app.router.add_post("/v1/chat/completions", handlers.chat_completions)
     app.router.add_post("/v1/completions", handlers.completions)
     app.router.add_post("/v1/embeddings", handlers.embeddings)

@@ -27,6 +27,7 @@ from router.routing.candidate import Candidate
 from router.routing.errors import Rejected
 from router.routing.policies.base import Decision
 from router.routing.request import RoutingRequest
+from router.server import admission_edge as admission
 from router.server import request_id as request_ids
 from router.server.decide import (
     CHAT_PATH,
@@ -38,7 +39,6 @@ from router.server.decide import (
     decide,
     parse,
 )
-from router.server.errors import rejection_response
 from router.server.state import ROUTER
 
 PREDICTED_HEADER = "X-Prefix-Router-Predicted-Cached"
@@ -97,9 +97,11 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
             routed = await decide(pipeline, await request.read(), path, spec.read_prompt,
                                   request.headers.get(CONTEXT_HASH_HEADER), parsed=parsed,
                                   chat=spec.chat, view=spec.view)
-            parsed, routing, decision = routed.parsed, routed.routing, routed.decision
+            parsed, routing = routed.parsed, routed.routing
+            decision = await admission.admit(request, parsed.payload, parsed.stream, routing,
+                                             routed.decision)
     except Rejected as exc:  # RequestError is one too
-        return rejection_response(exc, {"X-Request-Id": request_id})
+        return await admission.refused(request, exc, {"X-Request-Id": request_id})
 
     def begin(candidate: Candidate) -> Attempt:
         attempt = pipeline.attempt(routing, candidate, parsed.stream)
@@ -121,7 +123,7 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
     metrics.requests.labels(path, served.id if served else "none",
                             str(outcome.response.status)).inc()
     metrics.latency.labels(path).observe(time.perf_counter() - started)
-    return outcome.response
+    return await admission.finished(request, outcome.response)
 
 
 def _predicted_headers(routing: RoutingRequest, ranked: list[Candidate]

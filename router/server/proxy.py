@@ -32,6 +32,7 @@ from router.fleet.workers import Worker
 from router.infra.metrics import RouterMetrics
 from router.routing.accounting import Attempt
 from router.routing.candidate import Candidate
+from router.server.early_response import EARLY_RESPONSE
 from router.server.errors import error_response, sse_error_event
 from router.server.resume import Resumption, Splice, continuation, resumable
 
@@ -239,8 +240,10 @@ class Proxy:
     async def _stream(self, request: web.Request, leg: Leg, headers: CIMultiDict[str],
                       request_id: str, resume: Resumption | None, more: _Continue
                       ) -> web.StreamResponse:
-        response = web.StreamResponse(status=200, headers=headers)
-        await response.prepare(request)
+        response = request.get(EARLY_RESPONSE)  # a queued stream already answered
+        if response is None:
+            response = web.StreamResponse(status=200, headers=headers)
+            await response.prepare(request)
         splice: Splice | None = None
         try:
             while True:

@@ -10,6 +10,7 @@ import aiohttp
 from aiohttp import web
 from redis.asyncio import Redis
 
+from router.admission.controller import Admission
 from router.config import RouterConfig
 from router.fleet.breaker import CircuitBreaker
 from router.fleet.health import HealthChecker
@@ -38,6 +39,7 @@ class RouterState:
     health: HealthChecker | None = None
     redis: Redis | None = None  # shared client when ``config.redis_url`` is set
     precise: PreciseMatcher | None = None  # set when --tokenizers names any model
+    admission: Admission | None = None  # set by admission_ctx when --admission is on
     prefill: PrefillModel = field(default_factory=PrefillModel)  # the fleet's line
     replica_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this router replica
 

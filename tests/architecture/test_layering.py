@@ -14,10 +14,11 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # top to bottom; a module may import its own room and any room after it
-ROOMS = ("entry", "epp", "server", "precise", "routing", "residency", "fleet", "infra", "config",
-         "protocol", "client")
+ROOMS = ("entry", "epp", "server", "admission", "precise", "routing", "residency", "fleet",
+         "infra", "config", "protocol", "client")
 ENTRY = {"router", "router.cli", "router.demo", "router.__main__"}
-NO_IO_ROOMS = {"routing": ("aiohttp", "redis")}  # decisions stay pure: no HTTP, no Redis
+NO_IO_ROOMS = {"routing": ("aiohttp", "redis"),  # decisions stay pure: no HTTP, no Redis
+               "admission": ("aiohttp",)}  # the HTTP half is server/admission_edge.py
 
 
 def room_of(module: str) -> str | None:
