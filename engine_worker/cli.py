@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from engine_worker import config as worker_config
+from engine_worker import vllm_check
 from engine_worker.command import build
 from engine_worker.launcher import launch
 
@@ -61,6 +62,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--drain-timeout-s", type=float)
     p.add_argument("--stop-timeout-s", type=float)
     p.add_argument("--dry-run", action="store_true", help="print environment and command, exit")
+    p.add_argument("--skip-vllm-check", action="store_true",
+                   help="start even a vLLM whose KV events or block hashes are not the known "
+                   f"ones (supported: vLLM {vllm_check.SUPPORTED}; precise routing would "
+                   "then mispredict)")
     p.add_argument("--log-level", default="INFO")
     return p
 
@@ -73,7 +78,8 @@ def parse(argv: Sequence[str]) -> tuple[worker_config.WorkerConfig, argparse.Nam
         argv, extra = argv[:cut], argv[cut + 1:]
     args = parser().parse_args(argv)
     flags: dict[str, Any] = {k: v for k, v in vars(args).items()
-                             if k not in ("config_file", "dry_run", "log_level")}
+                             if k not in ("config_file", "dry_run", "log_level",
+                                          "skip_vllm_check")}
     flags.pop("enable_prefix_caching", None)
     if "env" in flags:
         bad = [item for item in flags["env"] if "=" not in item]
@@ -103,6 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s prefix-worker %(message)s")
+    if cfg.kv_events_endpoint and not getattr(args, "skip_vllm_check", False):
+        # Only a worker that publishes KV events is read hash by hash by the routers.
+        found = vllm_check.probe(cfg.python, cfg.python_hash_seed)
+        vllm_check.check(found, cfg.python_hash_seed)
+        logging.getLogger(__name__).info("vLLM %s: KV events and block hashes as expected",
+                                         found.version)
     return asyncio.run(launch(cfg))
 
 

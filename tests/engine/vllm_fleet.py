@@ -72,6 +72,8 @@ def start_worker(name: str, model: Path, logdir: Path) -> Worker:
          "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{replay}",
          "--worker-id", name, "--health-timeout-s", "300", "--drain-grace-s", "0",
          "--env", "VLLM_SERVER_DEV_MODE=1",  # POST /reset_prefix_cache
+         # Responses kept in the server's memory: follow-ups, retrieve and cancel work.
+         "--env", "VLLM_ENABLE_RESPONSES_API_STORE=1",
          # No torch.compile warm-up: 5 s instead of ~45 s of engine start-up on 2 cores.
          "--", "--enforce-eager", "--num-gpu-blocks-override", str(NUM_BLOCKS)],
         cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
