@@ -98,6 +98,9 @@ class RouterConfig:
                                                 "snapshot", *_POSITIVE)
     residency_snapshot_ttl_s: float = _opt(1800.0, "a residency snapshot older than this is "
                                            "ignored at start", *_POSITIVE)
+    lora_adapters: tuple[tuple[str, str], ...] = _opt(
+        (), "LoRA adapters the router may load on a worker when none has it, NAME=PATH[,...] "
+        "(vLLM's /v1/load_lora_adapter; empty: never loads)")
     tokenizers: tuple[tuple[str, str], ...] = _opt(
         (), "precise mode: local tokenizer per model, MODEL=DIR[,MODEL=DIR] (needs the "
         "'precise' extra)")
@@ -212,7 +215,7 @@ def parse_pairs(name: str, value: str | Sequence[Any] | Mapping[str, Any]
 def _coerce(name: str, kind: Any, raw: Any) -> Any:
     if name == "workers":
         return parse_workers(raw)
-    if name in ("tokenizers", "kv_events"):
+    if name in ("tokenizers", "kv_events", "lora_adapters"):
         return parse_pairs(name, raw)
     try:
         if kind in (bool, "bool"):

@@ -26,6 +26,7 @@ from router.server.contexts import (
 )
 from router.server.discovery import discovery_ctx
 from router.server.errors import openai_errors
+from router.server.lora_loader import LORA_LOADER, LoraLoader
 from router.server.precise_ctx import precise_ctx
 from router.server.request_id import request_ids, stamp_request_id
 from router.server.response_owners import RESPONSE_OWNERS, ResponseOwners, response_owners_ctx
@@ -62,6 +63,8 @@ def build_app(config: RouterConfig) -> web.Application:
     for worker_id, url in config.workers:
         state.pool.add(state.new_worker(worker_id, url, "static"))
     app[ROUTER] = state
+    if config.lora_adapters:
+        app[LORA_LOADER] = LoraLoader(dict(config.lora_adapters), pool)
     app[RESPONSE_OWNERS] = ResponseOwners(redis, config.redis_key_prefix, config.responses_ttl_s,
                                           timeout_ms=config.redis_timeout_ms)
     app.cleanup_ctx.append(supervisor_ctx)  # first in, so last out: no task outlives the app

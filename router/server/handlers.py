@@ -40,6 +40,7 @@ from router.server.decide import (
     decide,
     parse,
 )
+from router.server.lora_loader import LORA_LOADER
 from router.server.state import ROUTER
 
 PREDICTED_HEADER = "X-Prefix-Router-Predicted-Cached"
@@ -90,12 +91,14 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
     request_id = request_ids.request_id(request)
     path = spec.path
     try:
+        parsed = parsed or parse(await request.read())
         if pinned is not None:
-            parsed = parsed or parse(await request.read())
             routing = RoutingRequest(NO_KEY, 0.0, 1.0, parsed.model, source="none")
             decision = Decision([Candidate(pinned)], "pinned")
         else:
-            routed = await decide(pipeline, await request.read(), path, spec.read_prompt,
+            if (loader := request.app.get(LORA_LOADER)) is not None:
+                await loader.ensure(parsed.model, state.session)  # type: ignore[arg-type]
+            routed = await decide(pipeline, parsed.body, path, spec.read_prompt,
                                   request.headers.get(CONTEXT_HASH_HEADER), parsed=parsed,
                                   chat=spec.chat, view=spec.view)
             parsed, routing = routed.parsed, routed.routing

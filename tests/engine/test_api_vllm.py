@@ -65,6 +65,12 @@ async def test_responses_api_reaches_the_maker_on_vllm(vllm_fleet: Fleet) -> Non
         await oai.close()
 
 
+def test_prefix_worker_checked_this_vllm(vllm_fleet: Fleet) -> None:
+    """Each worker started only after its vLLM passed engine_worker/vllm_check.py."""
+    for worker in vllm_fleet.workers.values():
+        assert "KV events and block hashes as expected" in worker.log.read_text()
+
+
 async def test_tokenize_and_detokenize_pass_through_on_vllm(vllm_fleet: Fleet) -> None:
     direct = next(iter(vllm_fleet.workers.values())).url
     body = {"model": MODEL_NAME, "prompt": document(3, 40)}
