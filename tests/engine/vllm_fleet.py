@@ -70,7 +70,7 @@ def start_worker(name: str, model: Path, logdir: Path) -> Worker:
          # A wildcard makes vLLM bind its PUB socket (without one it connects to it).
          "--kv-events-endpoint", f"tcp://*:{events}",
          "--kv-events-replay-endpoint", f"tcp://127.0.0.1:{replay}",
-         "--worker-id", name, "--health-timeout-s", "300", "--drain-grace-s", "0",
+         "--worker-id", name, "--health-timeout-s", "600", "--drain-grace-s", "0",
          "--env", "VLLM_SERVER_DEV_MODE=1",  # POST /reset_prefix_cache
          # Responses kept in the server's memory: follow-ups, retrieve and cancel work.
          "--env", "VLLM_ENABLE_RESPONSES_API_STORE=1",
@@ -96,7 +96,7 @@ def run_fleet(tmp: Path) -> Iterator[Fleet]:
             for attempt in (1, 2):
                 worker = started[name]
                 try:
-                    wait_http(f"{worker.url}/health", timeout=300, proc=worker.proc)
+                    wait_http(f"{worker.url}/health", timeout=600, proc=worker.proc)
                     break
                 except (RuntimeError, TimeoutError) as exc:
                     # A free port can be taken by another process before vLLM binds it
