@@ -9,7 +9,8 @@ The request's ``X-Test-Mode`` header picks a behaviour (the router forwards it u
   status-NNN     answers NNN with an OpenAI error body
   hang           never answers (until the client goes away: counted as cancelled)
   sleep-MS       answers after MS milliseconds (for load tests; concurrency is tracked)
-GET /stats gives counters; POST /health/{200|503} flips /health.
+GET /stats gives counters; POST /health/{200|503} flips /health; POST /health-delay/{MS}
+makes /health answer MS milliseconds late (a busy engine's probe).
 """
 
 from __future__ import annotations
@@ -89,12 +90,19 @@ async def release(request: web.Request) -> web.Response:
 
 
 async def health(request: web.Request) -> web.Response:
+    if delay := request.app[STATS]["health_delay_ms"]:
+        await asyncio.sleep(delay / 1000)
     return web.Response(status=request.app[STATS]["health"], text="health")
 
 
 async def set_health(request: web.Request) -> web.Response:
     request.app[STATS]["health"] = int(request.match_info["status"])
     return web.json_response({"health": request.app[STATS]["health"]})
+
+
+async def set_health_delay(request: web.Request) -> web.Response:
+    request.app[STATS]["health_delay_ms"] = int(request.match_info["ms"])
+    return web.json_response({"health_delay_ms": request.app[STATS]["health_delay_ms"]})
 
 
 async def models(request: web.Request) -> web.Response:
@@ -108,7 +116,7 @@ def main() -> None:
     app[NAME] = name
     app[MODEL] = model
     app[STATS] = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "cancelled": 0,
-                  "health": 200}
+                  "health": 200, "health_delay_ms": 0}
     app[GATE] = asyncio.Event()
     app.router.add_post("/v1/chat/completions", generate)
     app.router.add_post("/v1/completions", generate)
@@ -116,6 +124,7 @@ def main() -> None:
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_post("/health/{status}", set_health)
+    app.router.add_post("/health-delay/{ms}", set_health_delay)
     app.router.add_get("/stats", stats)
     app.router.add_post("/release", release)
     web.run_app(app, host="127.0.0.1", port=port, print=None,

@@ -1,9 +1,11 @@
-"""Active health checks: a dead worker leaves the candidate set within one interval."""
+"""Active health checks: a dead worker leaves the candidate set within one interval; a
+busy one whose probe is late but whose streams flow stays in it."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import aiohttp
 import orjson
@@ -23,6 +25,7 @@ class HealthChecker:
         self._session = session
         self._metrics = metrics
         self._interval_s = interval_s
+        self._timeout_s = timeout_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
 
     async def run(self) -> None:
@@ -45,8 +48,14 @@ class HealthChecker:
                 healthy = resp.status == 200
             if healthy:
                 await self._learn_models(worker)
-        except (aiohttp.ClientError, TimeoutError):
-            healthy = False
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # a probe that only timed out on a worker still streaming is a busy worker:
+            # marking it down would cancel every request waiting on it (the proxy moves a
+            # down worker's requests) and, fleet-wide under a burst, fail them all
+            healthy = isinstance(exc, TimeoutError) and worker.healthy and \
+                worker.streaming_within(self._timeout_s, time.monotonic())
+            if healthy:
+                log.info("worker %s: /health timed out while it streams; kept up", worker.id)
         if healthy != worker.healthy:
             log.info("worker %s is %s", worker.id, "healthy" if healthy else "unhealthy")
             if healthy:

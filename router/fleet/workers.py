@@ -48,6 +48,14 @@ class Worker:
     breaker: CircuitBreaker = field(default_factory=CircuitBreaker)
     cost: WorkerCost = field(default_factory=WorkerCost)  # prefill queued, decodes, rate
     kv_events: FeedParams | None = None  # the KV-event feed it publishes (precise mode)
+    heard_s: float = 0.0  # time.monotonic() of the last byte it sent on any request
+
+    def streaming_within(self, seconds: float, now: float) -> bool:
+        """Bytes arrived on its requests in the last ``seconds`` (a probe's own wait): it is
+        alive, whatever the probe says; a stopped process sends nothing. An engine busy
+        streaming can answer /health late (vLLM's API server shares one event loop with
+        every stream); that is load, not death."""
+        return self.in_flight > 0 and now - self.heard_s <= seconds
 
     @property
     def load(self) -> int:

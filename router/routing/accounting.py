@@ -52,6 +52,7 @@ class Attempt:
 
     def saw(self, data: bytes) -> None:
         """A body or stream chunk; the one carrying usage is kept for ``complete``."""
+        self.worker.heard_s = time.monotonic()
         if self.observer is not None:
             self.observer(self, data)
         if MARK in data or b'"usage": {' in data:
