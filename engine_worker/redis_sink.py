@@ -1,4 +1,5 @@
-"""Exact residency written to Redis: ``{prefix}exact:{worker}``, a set of vLLM block keys.
+"""Exact residency written to Redis: ``{prefix}exact:{{worker}}``, a set of vLLM block keys
+(the worker id is the Redis Cluster hash tag, as for the router's ``res:`` sets).
 
 The optional path beside the routers' own subscriptions (router/precise/feeds.py says why
 routers subscribe directly): a worker's launcher subscribes to its own engine and keeps
@@ -12,19 +13,18 @@ underestimate the next store corrects.
 
 from __future__ import annotations
 
-from redis.asyncio import Redis
-
+from router.infra.redis_client import RedisClient
 from router.protocol.kv_contract import BlockHash, block_key
 
 
 def exact_key(prefix: str, worker_id: str) -> str:
-    return f"{prefix}exact:{worker_id}"
+    return f"{prefix}exact:{{{worker_id}}}"
 
 
 class RedisExactSink:
     """A ResidencySink that mirrors one or more workers' exact residency into Redis."""
 
-    def __init__(self, redis: Redis, prefix: str = "prefix-router:", ttl_s: float = 3600.0
+    def __init__(self, redis: RedisClient, prefix: str = "prefix-router:", ttl_s: float = 3600.0
                  ) -> None:
         self._redis = redis
         self._prefix = prefix

@@ -7,8 +7,7 @@ import contextlib
 import logging
 from dataclasses import replace
 
-from redis.asyncio import Redis
-
+from router.infra.redis_client import make_client
 from router.protocol import registry
 from router.protocol.registry import WorkerRecord
 
@@ -20,7 +19,7 @@ class Registration:
 
     def __init__(self, redis_url: str, record: WorkerRecord, ttl_s: float = 6.0,
                  prefix: str = registry.DEFAULT_KEY_PREFIX) -> None:
-        self._redis = Redis.from_url(redis_url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        self._redis = make_client(redis_url, socket_timeout=1.0)  # a cluster or sentinel URL too
         self._record = record
         self._ttl_s = ttl_s
         self._prefix = prefix

@@ -20,6 +20,10 @@ ENV_PREFIX = "PREFIX_ROUTER_"
 POLICY_NAMES = ("predicted_ttft", "prefix_aware", "consistent_hash", "least_loaded",
                 "round_robin", "llmd_weighted")
 
+# the URL schemes router/infra/redis_client.py builds a client for
+REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster",
+                 "redis+sentinel", "rediss+sentinel")
+
 
 class ConfigError(ValueError):
     """Raised with a message naming the bad field."""
@@ -42,10 +46,14 @@ class RouterConfig:
         (), "upstream workers: URL[,URL...] or NAME=URL[,...]; ids default to w0, w1, ...")
     policy: str = _opt("predicted_ttft", "routing policy: " + ", ".join(POLICY_NAMES),
                        lambda v: v in POLICY_NAMES, "must be one of " + ", ".join(POLICY_NAMES))
-    redis_url: str = _opt("", "Redis for shared residency/registry/load (empty: in memory)",
-                          lambda v: v == "" or v.split("://", 1)[0] in
-                          ("redis", "rediss", "unix"), "must be redis://, rediss:// or unix://")
-    redis_key_prefix: str = _opt("prefix-router:", "namespace prefix of every Redis key")
+    redis_url: str = _opt("", "Redis for shared residency/registry/load (empty: in memory): "
+                          "redis://, rediss://, unix://, redis+cluster://H:P[,H:P] or "
+                          "redis+sentinel://H:P[,H:P]/SERVICE",
+                          lambda v: v == "" or v.split("://", 1)[0] in REDIS_SCHEMES,
+                          "must be one of " + ", ".join(s + "://" for s in REDIS_SCHEMES))
+    redis_key_prefix: str = _opt("prefix-router:", "namespace prefix of every Redis key",
+                                 lambda v: "{" not in v and "}" not in v,
+                                 "must not hold braces (they would become the keys' hash tag)")
     redis_timeout_ms: float = _opt(20.0, "per-call Redis timeout on the request path", *_POSITIVE)
     residency_ttl_s: float = _opt(3600.0, "TTL of residency entries in Redis", *_POSITIVE)
     otel_endpoint: str = _opt("", "OTLP/HTTP traces endpoint, e.g. http://collector:4318/v1/traces "

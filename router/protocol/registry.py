@@ -1,9 +1,10 @@
 """Worker registry in Redis: the one key schema that workers write and routers read.
 
-A worker publishes a hash ``{prefix}worker:{id}`` and renews its membership in the sorted
-set ``{prefix}workers`` whose score is the heartbeat's expiry (unix seconds). A worker
+A worker publishes a hash ``{prefix}{workers}:{id}`` and renews its membership in the
+sorted set ``{prefix}{workers}`` whose score is the heartbeat's expiry (unix seconds). A worker
 whose heartbeat lapses simply falls out of ``ZRANGEBYSCORE now +inf``; the hash itself
-carries the same TTL so nothing is left behind.
+carries the same TTL so nothing is left behind. ``{workers}`` is a Redis Cluster hash tag:
+every registry key lives in one slot, so a registration stays one MULTI on a cluster too.
 """
 
 from __future__ import annotations
@@ -58,11 +59,11 @@ class WorkerRecord:
 
 
 def workers_key(prefix: str) -> str:
-    return f"{prefix}workers"
+    return f"{prefix}{{workers}}"
 
 
 def worker_key(prefix: str, worker_id: str) -> str:
-    return f"{prefix}worker:{worker_id}"
+    return f"{prefix}{{workers}}:{worker_id}"
 
 
 async def publish(redis: Redis, record: WorkerRecord, ttl_s: float,

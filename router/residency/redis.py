@@ -1,6 +1,7 @@
 """Redis residency: the fleet-wide picture of which worker holds which chain blocks warm.
 
-Layout: one sorted set per worker, ``{prefix}res:{worker}``, member = an 8-byte chain link,
+Layout: one sorted set per worker, ``{prefix}res:{{worker}}`` (the worker id is the hash
+tag, so on Redis Cluster the workers' sets spread over the masters), member = an 8-byte chain link,
 score = last use in microseconds minus the link's index in its chain. Why a sorted set
 rather than a hash: the score *is* the LRU order, so capacity is one ``ZREMRANGEBYRANK``
 (drop all but the newest ``capacity`` members) and per-entry expiry is one
@@ -13,9 +14,12 @@ The key itself also carries a TTL, renewed by every write, so an abandoned worke
 disappears on its own.
 
 Reads: one EVALSHA per routing decision (a read-only Lua script binary-searching every
-candidate's set). Writes: ``record`` queues; a background task flushes every ~50 ms (at once when
-``batch_size`` records wait, or when a record places a context that matched nowhere, so
-replicas agree on new placements) in one non-transactional pipeline.
+candidate's set). On Redis Cluster a script may only touch keys of one slot, so the
+candidates' keys are grouped by slot and each group is one EVALSHA, all of them in one
+cluster pipeline: one round trip per master, in parallel. Writes: ``record`` queues; a
+background task flushes every ~50 ms (at once when ``batch_size`` records wait, or when a
+record places a context that matched nowhere, so replicas agree on new placements) in one
+non-transactional pipeline.
 
 Degradation: ``match`` waits at most ``redis_timeout_ms``; any failure counts
 ``prefix_router_redis_errors_total{op}`` (op "match", or "match_timeout" for a late reply,
@@ -36,10 +40,11 @@ import time
 from collections import defaultdict, deque
 from collections.abc import Sequence
 
-from redis.asyncio import Redis
+from redis.crc import key_slot
+from redis.exceptions import NoScriptError
 
 from router.infra.metrics import RouterMetrics
-from router.infra.redis_client import timed
+from router.infra.redis_client import RedisClient, is_cluster, timed
 from router.residency.memory import MemoryResidency
 
 log = logging.getLogger(__name__)
@@ -124,7 +129,7 @@ class Backoff:
 class RedisResidency:
     """Same interface as ``MemoryResidency``; shared by every router replica through Redis."""
 
-    def __init__(self, client: Redis, metrics: RouterMetrics, *, key_prefix: str,
+    def __init__(self, client: RedisClient, metrics: RouterMetrics, *, key_prefix: str,
                  ttl_s: float, timeout_ms: float, default_capacity: int = 65536,
                  flush_interval_s: float = 0.05, batch_size: int = 256,
                  max_pending: int = 10000) -> None:
@@ -144,11 +149,13 @@ class RedisResidency:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._script = client.register_script(MATCH_LUA)
+        self._cluster = is_cluster(client)
+        self._cluster_loaded = False  # MATCH_LUA loaded on every master
         self.local = MemoryResidency(default_capacity)
         self.backoff = Backoff()
 
     def key(self, worker_id: str) -> str:
-        return f"{self._prefix}res:{worker_id}"
+        return residency_key(self._prefix, worker_id)
 
     async def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> dict[str, int]:
         if not chain or not worker_ids:
@@ -156,8 +163,8 @@ class RedisResidency:
         local = await self.local.match(chain, worker_ids)
         if not self.backoff.acquire():
             return local
-        call = asyncio.ensure_future(timed(self._metrics, "match", self._script(
-            keys=[self.key(w) for w in worker_ids], args=list(chain))))
+        call = asyncio.ensure_future(timed(self._metrics, "match", self._lengths(
+            [self.key(w) for w in worker_ids], list(chain))))
         try:
             # shielded: a late reply is left to land on its connection instead of cancelling
             # it mid-read, which would cost a disconnect and a reconnect (a storm on a busy box)
@@ -181,6 +188,34 @@ class RedisResidency:
         if not result:
             self._note_cold(chain[0])
         return result
+
+    async def _lengths(self, keys: list[str], chain: list[bytes]) -> list[int]:
+        """The script's answer for every key: one call, or one per slot on a cluster."""
+        if not self._cluster:
+            return await self._script(keys=keys, args=chain)
+        if not self._cluster_loaded:
+            await self._redis.script_load(MATCH_LUA)  # to every master
+            self._cluster_loaded = True
+        slots: dict[int, list[int]] = defaultdict(list)
+        for index, key in enumerate(keys):
+            slots[key_slot(key.encode())].append(index)
+        groups = list(slots.values())
+        try:
+            async with self._redis.pipeline() as pipe:
+                for group in groups:
+                    # execute_command: redis-py blocks pipe.evalsha on clusters, though a
+                    # script whose keys share one slot is exactly what a cluster runs
+                    pipe.execute_command("EVALSHA", self._script.sha, len(group),
+                                         *(keys[i] for i in group), *chain)
+                answers = await pipe.execute()
+        except NoScriptError:
+            self._cluster_loaded = False  # a master restarted or failed over: load again
+            raise
+        lengths = [0] * len(keys)
+        for group, answer in zip(groups, answers, strict=True):
+            for index, n in zip(group, answer, strict=True):
+                lengths[index] = n
+        return lengths
 
     def _note_cold(self, head: bytes) -> None:
         if len(self._cold) >= 4096:  # bounded: a head that was never recorded ages out
@@ -295,3 +330,8 @@ class RedisResidency:
                 pipe.zremrangebyrank(key, 0, -(capacity + 1))
                 pipe.pexpire(key, ttl_ms)
             await pipe.execute()
+
+
+def residency_key(prefix: str, worker_id: str) -> str:
+    """A worker's residency set; the braces make the worker id its Redis Cluster hash tag."""
+    return f"{prefix}res:{{{worker_id}}}"

@@ -171,7 +171,7 @@ def test_register_drain_deregister(redis_server, tmp_path: Path) -> None:
                         "--lmcache-profile", "lmcache_config/cpu-offload.yaml",
                         env={"FAKE_VLLM_RECORD": str(record)})
     client = redis_server.client()
-    key = "prefix-router:worker:wA"
+    key = "prefix-router:{workers}:wA"
     try:
         wait_for(lambda: client.exists(key) == 1, what="registration")
         entry = {k.decode(): v.decode() for k, v in client.hgetall(key).items()}
@@ -203,7 +203,7 @@ def test_register_drain_deregister(redis_server, tmp_path: Path) -> None:
         assert result.get("body") == "done"
         assert proc.wait(timeout=20) == 0
         assert client.exists(key) == 0
-        assert client.zscore("prefix-router:workers", "wA") is None
+        assert client.zscore("prefix-router:{workers}", "wA") is None
     finally:
         stop(proc)
         out = proc.stdout.read() if proc.stdout else ""
@@ -227,7 +227,7 @@ def test_registers_once_redis_is_reachable(redis_server) -> None:
         wait_for(lambda: _health(port), what="worker health")
         redis_server.start()
         client = redis_server.client()
-        wait_for(lambda: client.exists("prefix-router:worker:wB") == 1, within_s=30,
+        wait_for(lambda: client.exists("prefix-router:{workers}:wB") == 1, within_s=30,
                  what="late registration")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
@@ -262,7 +262,7 @@ async def test_launcher_mirrors_kv_events_into_redis(redis_server, mirroring_wor
 
     events, replay = mirroring_worker
     client = redis_server.client()
-    key = "prefix-router:exact:wE"
+    key = "prefix-router:exact:{wE}"
 
     def members() -> set[int]:
         return {int(m) for m in client.smembers(key)}

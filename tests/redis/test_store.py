@@ -58,15 +58,15 @@ async def test_capacity_keeps_prefixes_and_keys_expire(redis_server) -> None:
     s.record("w", new)
     await s.flush()
     r = redis_server.client()
-    assert r.zcard("t:res:w") == 10
+    assert r.zcard("t:res:{w}") == 10
     # the newest chain is whole; the older one lost its tail, not its head
     assert await s.match(new, ["w"]) == {"w": 6}
     s.local.forget("w")  # ask Redis alone
     assert await s.match(old, ["w"]) == {"w": 4}
-    assert 0 < r.pttl("t:res:w") <= 30_000
+    assert 0 < r.pttl("t:res:{w}") <= 30_000
     s.forget("w")
     await s.flush()
-    assert not r.exists("t:res:w")
+    assert not r.exists("t:res:{w}")
     await s._redis.aclose()
 
 
@@ -102,11 +102,11 @@ async def test_outage_falls_back_to_local_and_writes_resume(redis_server) -> Non
     redis_server.start()
     deadline = time.monotonic() + 10
     r = redis_server.client()
-    while not r.exists("t:res:w2") and time.monotonic() < deadline:
+    while not r.exists("t:res:{w2}") and time.monotonic() < deadline:
         s.record("w2", chain("after", 5))
         await s.match(c, ["w1"])
         await asyncio.sleep(0.1)
-    assert r.zcard("t:res:w2") >= 5, "writes resume once Redis is back"
+    assert r.zcard("t:res:{w2}") >= 5, "writes resume once Redis is back"
     await s.close()
     await s._redis.aclose()
 
