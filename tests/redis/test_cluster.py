@@ -9,7 +9,6 @@ sets (tagged by worker id) spread over the masters.
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import Counter
 from collections.abc import Iterator
 
@@ -58,6 +57,7 @@ async def test_residency_and_registry_on_a_cluster(fresh: Cluster) -> None:
     await store.flush()
     fresh_store = RedisResidency(make_client(fresh.url), RouterMetrics(), key_prefix="t:",
                                  ttl_s=60.0, timeout_ms=500.0)  # knows nothing locally
+    await fresh_store._redis.initialize()  # the slot map: slow on a busy box, not measured
     assert await fresh_store.match(chain("doc", 8), WORKERS) == {
         w: n + 1 for n, w in enumerate(WORKERS)}
     assert await fresh_store.match(chain("other", 4), WORKERS) == {}
@@ -80,11 +80,14 @@ async def test_residency_and_registry_on_a_cluster(fresh: Cluster) -> None:
 
 async def test_two_routers_share_a_cluster(fresh: Cluster) -> None:
     """Registry, residency and load over the cluster, end to end: simulated workers
-    register themselves, two router replicas discover them and agree on placements."""
+    register themselves, two router replicas discover them, and what one placed the other
+    finds (each question's ring key is its own, so without the shared picture rb would
+    scatter the contexts)."""
     fleet = Fleet()
     try:
         sims = [fleet.sim(f"s{i}", fresh.url) for i in range(3)]
-        routers = [fleet.router(name, fresh.url, discover="true", redis_timeout_ms=200)
+        routers = [fleet.router(name, fresh.url, discover="true", redis_timeout_ms=200,
+                                health_timeout_s=5)
                    for name in ("ra", "rb")]
         for router in routers:
             wait_until(lambda r=router: sum(w["healthy"] for w in admin_workers(r).values())
@@ -97,19 +100,12 @@ async def test_two_routers_share_a_cluster(fresh: Cluster) -> None:
                  for c, doc in enumerate(docs)]
         placed = {r.context: r.worker for r in await run_stream(first, concurrency=1)}
         await asyncio.sleep(0.3)
-        rng = random.Random(3)
-        picks = [rng.randrange(len(docs)) for _ in range(96)]
-        jobs = [(c, routers[i % 2], rag_body(docs[c], rag_question(i)))
-                for i, c in enumerate(picks)]
-        results = await run_stream(jobs, concurrency=1)
+        second = [(c, routers[1], rag_body(doc, rag_question(2000 + c)))
+                  for c, doc in enumerate(docs)]
+        results = await run_stream(second, concurrency=1)
         assert all(r.status == 200 for r in results), Counter(r.status for r in results)
-        by_context: dict[int, Counter[str]] = {}
-        for r in results:
-            by_context.setdefault(r.context, Counter())[r.worker] += 1
-        agreement = sum(c.most_common(1)[0][1] for c in by_context.values()) / len(results)
-        assert agreement >= 0.97, by_context  # private residency would scatter them
-        rb = [r for r in results if r.router == "rb"]
-        assert sum(r.worker == placed[r.context] for r in rb) / len(rb) >= 0.97
+        # rb has routed none of them: only the cluster can tell it where each one is warm
+        assert {r.context: r.worker for r in results} == placed
         keys = [k for port in fresh.ports for k in fresh.node(port).keys("prefix-router:res:*")]
         used = {r.worker for r in results}
         assert sorted(keys) == sorted(f"prefix-router:res:{{{w}}}".encode() for w in used)

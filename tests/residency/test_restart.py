@@ -15,6 +15,9 @@ from tests.redis.fleet import Fleet, Proc, contexts, rag_body, rag_question, run
 from tests.support import stop
 
 N_CONTEXTS, N_WORKERS = 12, 3
+# a health check that times out on a busy box would take a warm worker out of the pool
+# for a moment, which is not what these tests measure
+STEADY = {"health_timeout_s": 5}
 
 
 async def _homes(router: Proc, docs: list[str], round_: int) -> dict[int, str]:
@@ -30,6 +33,7 @@ async def _restart_keeps_homes(fleet: Fleet, redis_url: str | None, **settings: 
                                ) -> tuple[list[Proc], dict[int, str]]:
     sims = [fleet.sim(f"w{i}") for i in range(N_WORKERS)]
     docs = contexts(N_CONTEXTS, 3000, seed=11)
+    settings = {**STEADY, **settings}
     before = fleet.router("before", redis_url, sims, **settings)
     homes = await _homes(before, docs, 0)
     assert len(set(homes.values())) > 1  # spread over the fleet, not one worker for all
@@ -46,7 +50,7 @@ async def test_restart_without_redis_loads_the_snapshot(fleet: Fleet, tmp_path: 
     sims, homes = await _restart_keeps_homes(fleet, None, residency_snapshot=snapshot)
     assert snapshot.stat().st_size > 0
     # the same restart without the file scatters the contexts: this test can fail
-    cold = fleet.router("cold", None, sims, residency_snapshot=tmp_path / "none.bin")
+    cold = fleet.router("cold", None, sims, residency_snapshot=tmp_path / "none.bin", **STEADY)
     assert await _homes(cold, contexts(N_CONTEXTS, 3000, seed=11), 2) != homes
 
 
