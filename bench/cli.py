@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {run,compare,overhead,scale,engine}``."""
+"""Command line: ``python -m bench {run,compare,overhead,scale,engine,soak}``."""
 
 from __future__ import annotations
 
@@ -118,6 +118,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--decisions", type=int, default=5000)
     s.add_argument("--out-dir", type=Path, default=RESULTS)
     add_engine_args(sub.add_parser("engine", help="the engine-side claims (bench/engine/)"))
+    k = sub.add_parser("soak", help="minutes of mixed load while workers and Redis fail")
+    k.add_argument("--minutes", type=float, default=10.0)
+    k.add_argument("--workers", type=int, default=4)
+    k.add_argument("--clients", type=int, default=12, help="closed-loop clients")
+    k.add_argument("--warmup-s", type=float, default=None, help="default min(30, run / 6)")
+    k.add_argument("--fault-every-s", type=float, default=15.0)
+    k.add_argument("--hang-s", type=float, default=8.0, help="how long a SIGSTOP lasts")
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--out", type=Path, default=RESULTS / "soak.json")
+    k.add_argument("--readme", action="store_true", help="write the table into bench/README.md")
     return p
 
 
@@ -155,6 +165,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.cmd == "overhead":
         from bench.overhead import overhead
         overhead(args)
+    elif args.cmd == "soak":
+        from bench.soak import main as soak
+        soak(args)
     else:
         from bench.scale import scale
         scale(args)

@@ -171,20 +171,11 @@ class Proxy:
             try:
                 async with asyncio.timeout(self._config.first_byte_timeout_s) as scope:
                     leg.scope = scope
-                    leg.upstream = upstream = await self._session.request(
-                        method, worker.url + path, data=body, headers=headers,
-                        timeout=self._timeout)
-                    if upstream.status >= 500:
-                        text = (await upstream.read())[:500].decode(errors="replace")
-                        raise UpstreamFailure(502, f"worker {worker.id} answered "
-                                              f"{upstream.status}: {text}", "upstream_5xx")
-                    if stream and upstream.status == 200:
-                        leg.first = await upstream.content.readany()
-                        if not leg.first:
-                            raise UpstreamFailure(502, f"worker {worker.id} closed the stream "
-                                                  "before its first byte", "upstream_closed")
-                    else:
-                        leg.first = await upstream.read()
+                    try:
+                        upstream = await self._first_byte(leg, path, body, headers, stream,
+                                                          method)
+                    finally:
+                        leg.scope = None  # before the scope ends: it cannot expire after
             except TimeoutError:
                 if leg.lost:
                     raise UpstreamFailure(503, f"worker {worker.id} was marked down before "
@@ -194,8 +185,6 @@ class Proxy:
             except aiohttp.ClientError as exc:
                 raise UpstreamFailure(502, f"worker {worker.id} unreachable: {exc!r}",
                                       "upstream_unreachable") from None
-            finally:
-                leg.scope = None
         except UpstreamFailure:
             self._close(leg)
             self._failed(worker)
@@ -210,6 +199,24 @@ class Proxy:
         if not (stream and upstream.status == 200):
             self._close(leg)
         return leg
+
+    async def _first_byte(self, leg: Leg, path: str, body: bytes, headers: CIMultiDict[str],
+                          stream: bool, method: str) -> aiohttp.ClientResponse:
+        worker = leg.tried.worker
+        leg.upstream = upstream = await self._session.request(
+            method, worker.url + path, data=body, headers=headers, timeout=self._timeout)
+        if upstream.status >= 500:
+            text = (await upstream.read())[:500].decode(errors="replace")
+            raise UpstreamFailure(502, f"worker {worker.id} answered {upstream.status}: "
+                                  f"{text}", "upstream_5xx")
+        if stream and upstream.status == 200:
+            leg.first = await upstream.content.readany()
+            if not leg.first:
+                raise UpstreamFailure(502, f"worker {worker.id} closed the stream before its "
+                                      "first byte", "upstream_closed")
+        else:
+            leg.first = await upstream.read()
+        return upstream
 
     def _close(self, leg: Leg) -> None:
         if leg.closed:
@@ -251,6 +258,8 @@ class Proxy:
                 self._close(leg)
                 if broke is None:
                     break
+                if resume is not None:
+                    resume.broken.add(leg.tried.worker.id)
                 nxt = await self._resume(resume, more, request_id) if resume else None
                 if nxt is None:
                     if resume is None or not (resume.seen.done or resume.seen.finished):
@@ -276,14 +285,17 @@ class Proxy:
         try:
             async with asyncio.timeout(None) as scope:
                 leg.scope = scope
-                if leg.lost:
-                    scope.reschedule(asyncio.get_running_loop().time())
-                await _write(response, leg.first, resume, splice)
-                async for chunk in leg.upstream.content.iter_any():
-                    leg.tried.saw(chunk)
-                    await _write(response, chunk, resume, splice)
-                if not leg.upstream.content.is_eof():
-                    raise aiohttp.ClientPayloadError("stream ended early")
+                try:
+                    if leg.lost:
+                        scope.reschedule(asyncio.get_running_loop().time())
+                    await _write(response, leg.first, resume, splice)
+                    async for chunk in leg.upstream.content.iter_any():
+                        leg.tried.saw(chunk)
+                        await _write(response, chunk, resume, splice)
+                    if not leg.upstream.content.is_eof():
+                        raise aiohttp.ClientPayloadError("stream ended early")
+                finally:
+                    leg.scope = None  # before the scope ends: it cannot expire after
         except (aiohttp.ClientError, TimeoutError) as exc:
             cause = "marked down" if leg.lost else repr(exc)
             log.warning("stream from worker %s broke after its first byte: %s", worker.id,
@@ -291,8 +303,6 @@ class Proxy:
             if not leg.lost:
                 self._failed(worker)
             return exc
-        finally:
-            leg.scope = None
         rest = splice.rest() if splice else resume.seen.rest() if resume else b""
         if rest:
             await _write(response, rest, None, None)
