@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "sglang_cache_aware,vllm_cache_aware")
     o.add_argument("--out-dir", type=Path, default=RESULTS)
     o.add_argument("--name", default="overhead", help="file stem of the table and JSON")
+    from bench.overload import add_parser as add_overload
+    add_overload(sub)
     s = sub.add_parser("scale", help="policy + residency in process at fleet scale")
     s.add_argument("--workers", default="10,100,1000")
     s.add_argument("--blocks", default="100000,1000000,10000000")
@@ -162,6 +164,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.cmd == "engine":
         from bench.engine.cli import run_all
         run_all(args)
+    elif args.cmd == "overload":
+        from bench.overload import overload
+        overload(args)
     elif args.cmd == "overhead":
         from bench.overhead import overhead
         overhead(args)

@@ -85,8 +85,10 @@ def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
         except Exception:
             picker.stop()
             raise
+    admission = ("--admission", "true") if name == "prefix_router_admission" else ()
     return [fleet.start_router([upstream], "prefix_aware", logdir, cpus=sut, name=name,
-                               redis_url=redis_url if name == "prefix_router_redis" else None)]
+                               redis_url=redis_url if name == "prefix_router_redis" else None,
+                               extra=admission)]
 
 
 def overhead(args: argparse.Namespace) -> dict[str, Any]:

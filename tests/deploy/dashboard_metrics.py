@@ -25,6 +25,14 @@ ROUTER_METRICS: dict[str, str] = {
     "prefix_router_residency_lookups_total": "counter",
     "prefix_router_redis_errors_total": "counter",
     "prefix_router_redis_latency_seconds": "histogram",
+    # overload (issue 12): router/admission/metrics.py
+    "prefix_router_admission_queue_depth": "gauge",
+    "prefix_router_admission_queue_wait_seconds": "histogram",
+    "prefix_router_admission_admitted_total": "counter",
+    "prefix_router_admission_shed_total": "counter",
+    "prefix_router_admission_abandoned_total": "counter",
+    "prefix_router_tenant_uncached_tokens_total": "counter",
+    "prefix_router_tenant_limits_shared": "gauge",
 }
 VLLM_METRICS: dict[str, str] = {
     "vllm:prefix_cache_queries_total": "counter",

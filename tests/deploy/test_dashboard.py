@@ -46,7 +46,8 @@ def test_dashboard_covers_what_the_issue_asks_for():
     for needed in ("prefix_router_routing_decisions_total", "vllm:prefix_cache_hits_total",
                    "vllm:prefix_cache_queries_total", "vllm:time_to_first_token_seconds",
                    "prefix_router_worker_in_flight", "prefix_router_redis_errors_total",
-                   "prefix_router_worker_healthy"):
+                   "prefix_router_worker_healthy", "prefix_router_admission_shed_total",
+                   "prefix_router_admission_queue_depth"):
         assert needed in families
 
 
@@ -69,8 +70,11 @@ def test_chart_ships_the_same_dashboard():
 def test_router_registry_exposes_the_contract_families():
     """The router's own registry defines every router family the dashboard may use."""
     metrics = pytest.importorskip("router.infra.metrics")
+    admission = pytest.importorskip("router.admission.metrics")
+    registry = metrics.RouterMetrics().registry
+    admission.AdmissionMetrics(registry)  # the app adds these with --admission
     exposed = {}
-    for family in metrics.RouterMetrics().registry.collect():
+    for family in registry.collect():
         name = family.name + "_total" if family.type == "counter" else family.name
         exposed[name] = family.type
     missing = {n: t for n, t in ROUTER_METRICS.items() if exposed.get(n) != t}

@@ -31,7 +31,7 @@ def test_dashboard_metrics_exist_on_a_live_router_and_worker() -> None:
     sim = spawn(["-m", "engine_worker.sim", "--host", "127.0.0.1", "--port", str(sim_port),
                  "--model", "m", "--time-scale", "0.001"])
     router = spawn(["-m", "router", "serve", "--port", str(router_port), "--workers",
-                    f"http://127.0.0.1:{sim_port}"])
+                    f"http://127.0.0.1:{sim_port}", "--admission", "true"])
     try:
         wait_http(f"http://127.0.0.1:{sim_port}/health", timeout=60, proc=sim)
         wait_http(f"http://127.0.0.1:{router_port}/ready", timeout=60, proc=router)
