@@ -24,7 +24,11 @@ from router.admission.queue import ModelQueue
 from router.admission.retry_after import Capacity, drain_seconds
 from router.admission.ticket import Ticket
 from router.fleet.workers import Worker
+from router.routing.accounting import Attempt
 from router.routing.errors import Rejected
+
+LATE_QUANTILE = 0.9
+LATE_STEP_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +64,14 @@ class Admission:
         self._queues: dict[str, ModelQueue] = {}
         self._transit: dict[str, Ticket] = {}  # granted, not yet dispatched to a worker
         self._scheduled = False
-        self._budget_s = max(0.0, settings.max_queue_wait_s - settings.engine_queue_s)
+        self._late_s = 0.0  # the engines' first bytes past their predicted TTFT, 90th pct
+
+    @property
+    def _budget_s(self) -> float:
+        """What a request may wait here: the rest of ``max_queue_wait_s`` goes to the engine's
+        allowance and to how late the engines have been against their predictions."""
+        s = self._settings
+        return max(0.0, s.max_queue_wait_s - s.engine_queue_s - self._late_s)
 
     def arrive(self, model: str | None, tenant: str, priority: int,
                cost: float) -> Ticket | None:
@@ -125,6 +136,16 @@ class Admission:
         if self._transit.get(ticket.model) is ticket:
             del self._transit[ticket.model]
             self.wake()
+
+    def observe(self, attempt: Attempt) -> None:
+        """A first byte (a prefill ended, capacity freed): track how late it came against
+        its predicted TTFT, a streaming 90th percentile (step LATE_STEP_S)."""
+        predicted = attempt.candidate.ttft_s
+        if predicted > 0 and attempt.first_byte_s is not None:
+            above = attempt.first_byte_s - predicted > self._late_s
+            self._late_s = max(0.0, self._late_s + LATE_STEP_S * (above - (1 - LATE_QUANTILE)))
+            self._metrics.lateness.set(self._late_s)
+        self.wake()
 
     def capacity(self, model: str | None) -> Capacity:
         s = self._settings

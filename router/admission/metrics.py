@@ -28,6 +28,9 @@ class AdmissionMetrics:
         self.tenant_tokens = Counter("prefix_router_tenant_uncached_tokens", "Predicted "
                                      "uncached prompt tokens admitted, per tenant (what "
                                      "fairness charges)", ["tenant"], registry=r)
+        self.lateness = Gauge("prefix_router_admission_engine_lateness_seconds", "90th "
+                              "percentile of first bytes past their predicted TTFT; the "
+                              "router's queue budget shrinks by it", registry=r)
         self.limits_shared = Gauge("prefix_router_tenant_limits_shared", "1 while tenant "
                                    "limits are shared through Redis, 0 while local",
                                    registry=r)

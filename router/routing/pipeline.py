@@ -56,7 +56,7 @@ class Pipeline:
         self.signals = build_signals(policy.needs, SignalContext(residency))
         self.use_precise(precise)
         self.feedback = CacheFeedback(residency, metrics, self.ratio)
-        self.on_first_byte: list[Callable[[], None]] = []  # a prefill ended (admission)
+        self.on_first_byte: list[Callable[[Attempt], None]] = []  # a prefill ended (admission)
 
     def use_precise(self, precise: PreciseKeyer | None) -> None:
         """Precise mode starts with the app (tokenizers, KV-event feeds), after the pipeline."""
@@ -139,7 +139,7 @@ class Pipeline:
         if not attempt.request.exact and attempt.request.key.chain:
             self.residency.record(attempt.worker.id, attempt.request.key.chain)
         for listener in self.on_first_byte:
-            listener()
+            listener(attempt)
 
     def complete(self, attempts: list[Attempt]) -> None:
         """After the last byte: learn from what the engines said about each try."""

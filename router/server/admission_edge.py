@@ -51,7 +51,7 @@ async def admission_ctx(app: web.Application) -> AsyncIterator[None]:
                                  cfg.max_queue_requests, cfg.max_queue_tokens,
                                  cfg.fair_quantum_tokens)
     control = state.admission = Admission(settings, state.pool.candidates, metrics, limits)
-    state.pipeline.on_first_byte.append(control.wake)  # a prefill ended: capacity freed
+    state.pipeline.on_first_byte.append(control.observe)  # a prefill ended: capacity freed
     supervisor = app[SUPERVISOR]
     supervisor.start("admission", control.run)
     if limits is not None and state.redis is not None:
