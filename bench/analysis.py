@@ -90,7 +90,7 @@ def summarize(records: Sequence[Record], *, time_scale: float, wall_s: float,
         "requests": {"total": len(records), **counts},
         "duration_s": {"wall": wall_s, "simulated": sim_duration},
         "ttft_ms": pct(ttft), "e2e_ms": pct(e2e),
-        "worker_ttft_ms": _hist(fleet, TTFT), "worker_e2e_ms": _hist(fleet, E2E),
+        "worker_ttft_ms": histogram_ms(fleet, TTFT), "worker_e2e_ms": histogram_ms(fleet, E2E),
         "tokens": {"prompt": sum(r.prompt_tokens for r in ok),
                    "cached": sum(r.cached_tokens for r in ok),
                    "completion": sum(r.completion_tokens for r in ok)},
@@ -116,7 +116,7 @@ def summarize(records: Sequence[Record], *, time_scale: float, wall_s: float,
     }
 
 
-def _hist(snap: Mapping[str, float], name: str) -> dict[str, float | None]:
+def histogram_ms(snap: Mapping[str, float], name: str) -> dict[str, float | None]:
     out = {f"p{int(q * 100)}": scrape.histogram_quantile(snap, name, q) for q in (0.5, 0.9, 0.99)}
     out["mean"] = scrape.histogram_mean(snap, name)
     return {k: (v * 1000.0 if v is not None else None) for k, v in out.items()}

@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {run,compare,overhead,scale,engine,soak}``."""
+"""Command line: ``python -m bench {run,compare,aiperf,overhead,scale,engine,soak}``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from bench.runner import RunConfig
 from bench.workloads import WORKLOADS
 
 RESULTS = Path(__file__).resolve().parent / "results"
+REPO = RESULTS.parent.parent
 
 
 def _workload_args(p: argparse.ArgumentParser) -> None:
@@ -119,6 +120,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--blocks", default="100000,1000000,10000000")
     s.add_argument("--decisions", type=int, default=5000)
     s.add_argument("--out-dir", type=Path, default=RESULTS)
+    ap = sub.add_parser("aiperf", help="the Mooncake replay driven by aiperf, every policy")
+    _workload_args(ap)
+    _fleet_args(ap)
+    ap.add_argument("--policies", default="predicted_ttft,llmd_weighted,sglang_cache_aware,"
+                    "consistent_hash,round_robin")
+    ap.add_argument("--aiperf", default=str(REPO / ".venv-aiperf" / "bin" / "aiperf"))
+    ap.add_argument("--work-dir", default="/tmp/prefix-router-bench/aiperf",
+                    help="aiperf's artifact directories")
+    ap.add_argument("--out-dir", type=Path, default=RESULTS)
+    ap.add_argument("--name", default="ttft-aiperf")
     add_engine_args(sub.add_parser("engine", help="the engine-side claims (bench/engine/)"))
     k = sub.add_parser("soak", help="minutes of mixed load while workers and Redis fail")
     k.add_argument("--minutes", type=float, default=10.0)
@@ -161,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.cmd == "replot":
         from bench.compare import replot
         replot(args.out_dir, args.name)
+    elif args.cmd == "aiperf":
+        from bench.aiperf_replay import compare as aiperf_compare
+        aiperf_compare(args)
     elif args.cmd == "engine":
         from bench.engine.cli import run_all
         run_all(args)

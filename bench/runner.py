@@ -110,47 +110,12 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     procs: list[fleet.Proc] = []
     logdir = cfg.logdir / f"{cfg.workload}-{label}-{int(time.time())}"
     try:
-        worker_urls = list(cfg.worker_urls)
-        if not worker_urls:
-            longest = max(r.prompt_tokens + r.max_tokens for r in requests)
-            # the profile's 8,192 would reject long RAG/trace prompts (Llama-3.1: 128 k)
-            max_len = cfg.max_model_len or -(-(longest + 16) // 1024) * 1024
-            spec = fleet.WorkerSpec(profile=cfg.profile, time_scale=cfg.time_scale,
-                                    num_gpu_blocks=blocks, max_model_len=max_len,
-                                    extra=["--block-size", str(cfg.block_size)])
-            if cfg.policy == "dynamo_kv":  # workers publish KV events to Dynamo's shim
-                workers, dyn_router = dynamo.start_dynamo(cfg.workers, spec, logdir)
-                procs += [*workers, dyn_router]
-                worker_urls = [w.url for w in workers]
-            else:
-                procs += fleet.start_workers(cfg.workers, spec, logdir)
-                worker_urls = [p.url for p in procs]
-        router_pid, worker_ids = None, None
-        if cfg.router_url:
-            router_url = cfg.router_url
-        elif cfg.policy == "dynamo_kv":
-            if cfg.worker_urls:
-                raise SystemExit("dynamo_kv starts its own workers, with KV events on")
-            router_url, router_pid = dyn_router.url, dyn_router.popen.pid
-            worker_ids = [f"w{i}" for i in range(len(worker_urls))]
-        elif cfg.policy in peers.PEERS:
-            peer = peers.start_peer(cfg.policy, worker_urls, logdir)
-            procs.append(peer)
-            router_url, router_pid = peer.url, peer.popen.pid
-        else:
-            rblocks = fleet.residency_capacity(blocks, 256, cfg.block_size)
-            router = fleet.start_router(worker_urls, cfg.policy, logdir, epsilon=cfg.epsilon,
-                                        residency_blocks=rblocks, extra=cfg.router_extra)
-            procs.append(router)
-            router_url, router_pid = router.url, router.popen.pid
-            worker_ids = [f"w{i}" for i in range(len(worker_urls))]
+        sut = start_system(cfg, requests, blocks, logdir, procs)
         log(f"[bench] {label}: fleet up ({time.perf_counter() - t0:.1f}s), driving load")
-        result = asyncio.run(_measure(cfg, requests, router_url, worker_urls, router_pid,
-                                      worker_ids, meta, bound))
+        result = asyncio.run(_measure(cfg, requests, sut.router_url, sut.worker_urls,
+                                      sut.router_pid, sut.worker_ids, meta, bound))
     finally:
-        for p in reversed(procs):
-            with contextlib.suppress(Exception):
-                p.stop()
+        stop_all(procs)
     log(f"[bench] {label}: hit rate {_fmt(result['hit_rate'])}, TTFT p50/p99 "
         f"{_ms(result['ttft_ms']['p50'])}/{_ms(result['ttft_ms']['p99'])} ms simulated, "
         f"ok {result['requests']['ok']}/{result['requests']['total']}, max/mean load "
@@ -159,6 +124,59 @@ def run(cfg: RunConfig) -> dict[str, Any]:
         cfg.out.parent.mkdir(parents=True, exist_ok=True)
         cfg.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     return result
+
+
+@dataclass
+class SystemUnderTest:
+    """The started router and the workers it routes to, as a driver needs them."""
+
+    router_url: str
+    worker_urls: list[str]
+    router_pid: int | None  # for the router's CPU time; None when not ours
+    worker_ids: list[str] | None  # the X-Worker header values, in worker_urls order
+
+
+def start_system(cfg: RunConfig, requests: list[BenchRequest], blocks: int, logdir: Path,
+                 procs: list[fleet.Proc]) -> SystemUnderTest:
+    """Fresh cold workers and cfg.policy's router; every started process goes into procs."""
+    worker_urls = list(cfg.worker_urls)
+    if not worker_urls:
+        longest = max(r.prompt_tokens + r.max_tokens for r in requests)
+        # the profile's 8,192 would reject long RAG/trace prompts (Llama-3.1: 128 k)
+        max_len = cfg.max_model_len or -(-(longest + 16) // 1024) * 1024
+        spec = fleet.WorkerSpec(profile=cfg.profile, time_scale=cfg.time_scale,
+                                num_gpu_blocks=blocks, max_model_len=max_len,
+                                extra=["--block-size", str(cfg.block_size)])
+        if cfg.policy == "dynamo_kv":  # workers publish KV events to Dynamo's shim
+            workers, dyn_router = dynamo.start_dynamo(cfg.workers, spec, logdir)
+            procs += [*workers, dyn_router]
+            worker_urls = [w.url for w in workers]
+        else:
+            procs += fleet.start_workers(cfg.workers, spec, logdir)
+            worker_urls = [p.url for p in procs]
+    ids = [f"w{i}" for i in range(len(worker_urls))]
+    if cfg.router_url:
+        return SystemUnderTest(cfg.router_url, worker_urls, None, None)
+    if cfg.policy == "dynamo_kv":
+        if cfg.worker_urls:
+            raise SystemExit("dynamo_kv starts its own workers, with KV events on")
+        return SystemUnderTest(dyn_router.url, worker_urls, dyn_router.popen.pid, ids)
+    if cfg.policy in peers.PEERS:
+        peer = peers.start_peer(cfg.policy, worker_urls, logdir)
+        procs.append(peer)
+        return SystemUnderTest(peer.url, worker_urls, peer.popen.pid, None)
+    rblocks = fleet.residency_capacity(blocks, 256, cfg.block_size)
+    router = fleet.start_router(worker_urls, cfg.policy, logdir, epsilon=cfg.epsilon,
+                                residency_blocks=rblocks, extra=cfg.router_extra)
+    procs.append(router)
+    return SystemUnderTest(router.url, worker_urls, router.popen.pid, ids)
+
+
+def stop_all(procs: list[fleet.Proc]) -> None:
+    """Stop in reverse start order (router before workers); never raise while unwinding."""
+    for p in reversed(procs):
+        with contextlib.suppress(Exception):
+            p.stop()
 
 
 def _regime(working: int, blocks: int, workers: int) -> str:
