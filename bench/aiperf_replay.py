@@ -4,20 +4,23 @@ aiperf (PyPI ``aiperf``, its own ``.venv-aiperf``: ``make aiperf-env``) is the l
 generator Dynamo publishes its router results with. Here it replays the same Mooncake rows
 the bench's ``mooncake`` workload selects (window, conversation sample, arrival scale),
 written in aiperf's ``mooncake_trace`` format: ``timestamp`` (ms, already scaled),
-``input_length``, ``output_length`` and ``hash_ids``. aiperf synthesises each request's
-prompt itself, one fixed 512-token block per hash id, and sends it on its own fixed
-schedule (``--fixed-schedule``), streaming, to the router; its TTFT percentiles come from
-its JSON export (``profile_export_aiperf.json``). The fleet and router are started exactly
-as ``bench run`` starts them (``runner.start_system``), and the engines' own hit rate and
-TTFT come from the same before/after scrape, so a user can check our figures with a tool
-no one here wrote.
+``output_length`` and, as the prompt, ``text_input``: the bench's own text for that row
+(one fixed 512-token block per hash id), so the engines see exactly the tokens the bench's
+replay sends (aiperf accepts ``hash_ids`` only with ``input_length``). aiperf's own
+synthesis from ``input_length`` would tokenise with its tokenizer (``builtin`` needs a
+download, o200k_base), and the simulator's tokenizer would count that text differently:
+a different workload. aiperf
+sends on its own fixed schedule (``--fixed-schedule``), streaming, to the router, and its
+TTFT percentiles come from its JSON export (``profile_export_aiperf.json``). The fleet
+and router are started exactly as ``bench run`` starts them (``runner.start_system``),
+and the engines' own hit rate and TTFT come from the same before/after scrape, so a user
+can check our figures with a tool no one here wrote.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shlex
 import subprocess
 import sys
@@ -40,18 +43,37 @@ PERCENTILES = ("p50", "p90", "p99")
 def aiperf_rows(rows: Iterable[dict], arrival_scale: float) -> list[dict]:
     """Trace rows -> aiperf mooncake_trace rows: timestamps from the first row, scaled.
 
-    ``input_length`` is capped at 512 x len(hash_ids), as the bench's own replay builds
-    the prompt (``mooncake.prompt_for``); in this trace no row exceeds it.
+    The prompt is the bench's own text for the row (``mooncake.prompt_for``), whose
+    token count under the simulator's tokenizer is the row's ``input_length``.
     """
     rows = list(rows)
     if not rows:
         return []
     t0 = rows[0]["timestamp"]
     return [{"timestamp": round((r["timestamp"] - t0) * arrival_scale, 3),
-             "input_length": min(int(r["input_length"]),
-                                 mooncake.TRACE_BLOCK_TOKENS * len(r["hash_ids"])),
-             "output_length": max(1, int(r["output_length"])),
-             "hash_ids": [int(h) for h in r["hash_ids"]]} for r in rows]
+             "text_input": mooncake.prompt_for(r)[0],
+             "output_length": max(1, int(r["output_length"]))} for r in rows]
+
+
+def validate(aiperf: Path, trace: Path) -> None:
+    """Fail before any fleet starts if aiperf's own MooncakeTrace model rejects a row."""
+    code = ("import sys, orjson; from aiperf.dataset.loader.models import MooncakeTrace; "
+            "[MooncakeTrace.model_validate(orjson.loads(x)) for x in open(sys.argv[1], 'rb')]")
+    subprocess.run([str(aiperf.parent / "python"), "-c", code, str(trace)], check=True)
+
+
+def build_tokenizer(aiperf: Path, out: Path) -> Path:
+    """A local tokenizer for aiperf's token counting (scripts/make_tiny_model.py's, no hub).
+
+    aiperf needs one to count ISL/OSL; TTFT does not depend on it.
+    """
+    if not (out / "tokenizer.json").exists():
+        code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+                "from make_tiny_model import build_tokenizer; "
+                "build_tokenizer(Path(sys.argv[2]), 4096, 0)")
+        subprocess.run([str(aiperf.parent / "python"), "-c", code, str(fleet.REPO / "scripts"),
+                        str(out)], check=True)
+    return out
 
 
 def write_trace(path: Path, rows: Sequence[dict]) -> None:
@@ -60,16 +82,12 @@ def write_trace(path: Path, rows: Sequence[dict]) -> None:
 
 
 def aiperf_command(aiperf: Path, router_url: str, trace: Path, artifacts: Path,
-                   timeout_s: float) -> list[str]:
-    """aiperf profile against an OpenAI completions endpoint, on the trace's own schedule.
-
-    ``--tokenizer builtin`` (tiktoken o200k_base, no network) is what aiperf synthesises
-    and counts tokens with; the engines count with their own tokenizer (see the README).
-    """
-    return [str(aiperf), "profile", "--model", fleet.MODEL, "--tokenizer", "builtin",
+                   tokenizer: Path, timeout_s: float) -> list[str]:
+    """aiperf profile against an OpenAI completions endpoint, on the trace's own schedule."""
+    return [str(aiperf), "profile", "--model", fleet.MODEL, "--tokenizer", str(tokenizer),
             "--url", router_url, "--endpoint-type", "completions", "--streaming",
             "--input-file", str(trace), "--custom-dataset-type", "mooncake_trace",
-            "--fixed-schedule", "--isl-block-size", str(mooncake.TRACE_BLOCK_TOKENS),
+            "--fixed-schedule",
             "--request-timeout-seconds", str(int(timeout_s)),
             "--artifact-dir", str(artifacts), "--ui-type", "none"]
 
@@ -102,15 +120,15 @@ def run_policy(cfg: runner.RunConfig, rows: list[dict], trace: Path, work: Path,
     last_s = rows[-1]["timestamp"] / 1000.0
     try:
         sut = runner.start_system(cfg, requests, blocks, logdir, procs)
-        cmd = aiperf_command(aiperf, sut.router_url, trace, artifacts, timeout_s=600)
+        cmd = aiperf_command(aiperf, sut.router_url, trace, artifacts,
+                             work / "tokenizer", timeout_s=600)
         runner.log(f"[aiperf] {cfg.policy}: fleet up, {shlex.join(cmd)}")
         before = asyncio.run(_scrape(sut.worker_urls))
         t0 = time.perf_counter()
         logdir.mkdir(parents=True, exist_ok=True)
         with open(logdir / "aiperf.log", "wb") as out:
             proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=False,
-                                  timeout=last_s * cfg.time_scale + 900,
-                                  env={**os.environ, "HF_HUB_OFFLINE": "1"})
+                                  timeout=last_s * cfg.time_scale + 900)
         wall = time.perf_counter() - t0
         time.sleep(0.2)  # let the engines finish their bookkeeping of the last step
         after = asyncio.run(_scrape(sut.worker_urls))
@@ -127,6 +145,7 @@ def run_policy(cfg: runner.RunConfig, rows: list[dict], trace: Path, work: Path,
 def summarize(cfg: runner.RunConfig, rows: Sequence[dict], metrics: dict[str, dict[str, Any]],
               deltas: Sequence[scrape.Snapshot], wall_s: float, bound: dict[str, Any],
               command: str) -> dict[str, Any]:
+    input_tokens = bound.get("prompt_tokens", 0)
     fleet_delta = scrape.add(deltas)
     queries = fleet_delta.get("vllm:prefix_cache_queries_total", 0.0)
     hits = fleet_delta.get("vllm:prefix_cache_hits_total", 0.0)
@@ -135,7 +154,7 @@ def summarize(cfg: runner.RunConfig, rows: Sequence[dict], metrics: dict[str, di
     ttft = metrics.get("time_to_first_token", {})
     return {
         "policy": cfg.policy, "aiperf_command": command, "wall_s": wall_s,
-        "trace_rows": len(rows), "trace_input_tokens": sum(r["input_length"] for r in rows),
+        "trace_rows": len(rows), "trace_input_tokens": input_tokens,
         "engine_prompt_tokens": fleet_delta.get("vllm:prompt_tokens_total", 0.0),
         "aiperf_ttft_ms": {p: ttft.get(p) for p in ("avg", *PERCENTILES)},
         "aiperf_unit": ttft.get("unit"),
@@ -194,14 +213,16 @@ def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
         raise SystemExit("the Mooncake selection is empty")
     out_dir: Path = args.out_dir
     name = args.name
-    trace = out_dir / f"{name}-trace.jsonl"
+    trace = Path(args.work_dir) / f"{name}-trace.jsonl"  # ~60 kB a row: not a result
     write_trace(trace, rows)
+    validate(Path(args.aiperf), trace)
     requests = make_workload("mooncake", **opts)
     probe = run_config(args)
     blocks, _ = runner.plan_blocks(probe, requests)
     bound = bounds.compute(requests, blocks, probe.workers).as_dict()
     runner.log(f"[aiperf] {len(rows)} rows over {rows[-1]['timestamp'] / 1000:.1f} s -> {trace}")
     work = Path(args.work_dir) / f"{name}-{int(time.time())}"
+    build_tokenizer(Path(args.aiperf), work / "tokenizer")
     results, failures = [], []
     for policy in [p for p in args.policies.split(",") if p]:
         cfg = run_config(args, policy=policy, label=policy)
