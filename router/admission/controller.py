@@ -48,7 +48,6 @@ class Shed(Rejected):
     def __init__(self, reason: str, message: str, retry_after: float) -> None:
         super().__init__(429, message, reason,
                          retry_after=None if math.isinf(retry_after) else retry_after)
-        self.reason = reason
 
 
 class Admission:

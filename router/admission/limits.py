@@ -70,7 +70,6 @@ class TenantLimits:
         self._limits = {"requests": requests_per_s, "tokens": tokens_per_s}
         self._burst_s = burst_s
         self._metrics = metrics
-        self._redis = redis
         self._prefix = key_prefix + "limits:"
         self._replica = replica_id
         self._sync_s = sync_s
