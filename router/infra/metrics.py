@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -56,6 +57,16 @@ class RouterMetrics:
                                          "by task", ["task"], registry=r)
 
         self._routing_metrics()
+        self._children: dict[tuple[object, tuple[str, ...]], Any] = {}
+
+    def child(self, metric: Any, *labels: str) -> Any:
+        """``metric.labels(*labels)``, cached: ``labels`` validates, locks and builds a key
+        on every call, and a request makes about seven of them."""
+        key = (metric, labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def _routing_metrics(self) -> None:
         """The predicted-TTFT loop: what the router predicted, what the engines found."""
@@ -92,6 +103,7 @@ class RouterMetrics:
         return generate_latest(self.registry)
 
     def forget_worker(self, worker_id: str) -> None:
+        self._children.clear()  # no cached child may outlive the one the registry removes
         for gauge in (self.in_flight, self.healthy, self.pending_prefill, self.decode_load,
                       self.prefill_rate):
             with contextlib.suppress(KeyError):

@@ -104,5 +104,5 @@ async def timed(metrics: RouterMetrics, op: str, call: Awaitable[T]) -> T:
     except BaseException:
         metrics.redis_errors.labels(op).inc()
         raise
-    metrics.redis_latency.labels(op).observe(time.perf_counter() - started)
+    metrics.child(metrics.redis_latency, op).observe(time.perf_counter() - started)
     return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from hashlib import blake2b
 from typing import Any
 
@@ -129,6 +130,7 @@ def cache_salt(body: dict[str, Any]) -> str | None:
     return salt
 
 
+@lru_cache(maxsize=256)
 def chain_seed(model: str, salt: str | None = None) -> bytes:
     """The chain's root: the model, and the salt when sent. vLLM folds the salt into the
     first block's hash only, which changes every later link too; seeding the text chain

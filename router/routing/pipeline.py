@@ -106,7 +106,7 @@ class Pipeline:
         if context_hash is not None:
             request.key = keys.RoutingKey(context_hash.lower(), request.key.chain)
             request.source = "header"
-        self.metrics.decision_mode.labels(request.source).inc()
+        self.metrics.child(self.metrics.decision_mode, request.source).inc()
         return request
 
     # -- signals, rank ---------------------------------------------------------------
@@ -118,7 +118,8 @@ class Pipeline:
         decision = self.policy.rank(request, candidates)
         chosen = decision.ranked[0]
         if "residency" in self.policy.needs:
-            self.metrics.residency.labels("hit" if chosen.matched_blocks else "miss").inc()
+            self.metrics.child(self.metrics.residency,
+                               "hit" if chosen.matched_blocks else "miss").inc()
         if decision.replicas:
             self.metrics.context_replicas.observe(decision.replicas)
         return decision

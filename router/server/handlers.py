@@ -124,10 +124,11 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
 
     served, metrics = outcome.worker, state.metrics
     reason = decision.reason if len(outcome.attempts) <= 1 else "failover"
-    metrics.decisions.labels(pipeline.policy.name, reason).inc()
-    metrics.requests.labels(path, served.id if served else "none",
-                            str(outcome.response.status)).inc()
-    metrics.latency.labels(path).observe(time.perf_counter() - started)
+    child = metrics.child
+    child(metrics.decisions, pipeline.policy.name, reason).inc()
+    child(metrics.requests, path, served.id if served else "none",
+          str(outcome.response.status)).inc()
+    child(metrics.latency, path).observe(time.perf_counter() - started)
     return await admission.finished(request, outcome.response)
 
 

@@ -8,13 +8,14 @@ on the bare 500 aiohttp writes for an unhandled exception.
 
 An incoming ``X-Request-Id`` is reused only when it is short and plain (at most 128 of
 ``[A-Za-z0-9._:-]``): the id goes into logs and upstream requests, so an oversized or odd
-one is replaced by a fresh uuid4 hex, never forwarded.
+one is replaced by 128 fresh random bits in hex (a uuid4's size; ``os.urandom`` costs a
+fraction of building a ``UUID``), never forwarded.
 """
 
 from __future__ import annotations
 
+import os
 import re
-import uuid
 
 from aiohttp import web
 
@@ -31,7 +32,7 @@ def choose_request_id(incoming: str | None) -> str:
     """The client's id when it is sane, else a new one."""
     if incoming is not None and _SANE.fullmatch(incoming):
         return incoming
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 def request_id(request: web.Request) -> str:
