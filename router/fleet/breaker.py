@@ -33,6 +33,8 @@ class CircuitBreaker:
         return BreakerState.OPEN
 
     def allows(self) -> bool:
+        if self._opened_at is None:  # closed: the common case, asked per worker per request
+            return True
         state = self.state
         return state is BreakerState.CLOSED or (state is BreakerState.HALF_OPEN
                                                  and not self._probe_out)

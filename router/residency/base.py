@@ -38,7 +38,7 @@ class ResidencyStore(Protocol):
     async def close(self) -> None: ...
 
 
-def longest_prefix(chain: Sequence[bytes], resident: object) -> int:
+def longest_prefix(chain: Sequence[bytes] | Sequence[int], resident: object) -> int:
     """Binary search for the longest leading run of chain found in ``resident`` (``in``)."""
     lo, hi = 0, len(chain)
     while lo < hi:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from router.residency.base import longest_prefix
+from router.residency.blocks import BlockLRU, block_key, chain_keys, key_block
 
 
 @dataclass(slots=True)
@@ -28,15 +28,16 @@ class MemoryResidency:
     probes only the workers that can match at all instead of every candidate (a 1,000-worker
     pool asked about a cold prompt costs one dict lookup). A block is a chain head because
     its hash is seeded with the model (router.routing.keys), so it never appears deeper in a chain.
+    Blocks are int64 keys in a ``BlockLRU`` per worker (blocks.py: ~35 bytes a block).
     """
 
     def __init__(self, default_capacity: int = 65536) -> None:
         self._default_capacity = default_capacity
         self._capacity: dict[str, int] = {}
         # block -> stamp of its last touch (as RedisResidency scores it: microseconds minus
-        # the block's index in its chain); the dict's order is the LRU order, oldest first
-        self._blocks: dict[str, OrderedDict[bytes, int]] = {}
-        self._heads: dict[bytes, set[str]] = {}  # first block of a recorded chain -> holders
+        # the block's index in its chain), kept in LRU order
+        self._blocks: dict[str, BlockLRU] = {}
+        self._heads: dict[int, set[str]] = {}  # first block of a recorded chain -> holders
         self._pending: list[tuple[str, Sequence[bytes]]] = []
         self._flush_scheduled = False
 
@@ -44,7 +45,7 @@ class MemoryResidency:
         result: dict[str, int] = {}
         if not chain:
             return result
-        holders = self._heads.get(chain[0])
+        holders = self._heads.get(block_key(chain[0]))
         if not holders:
             return result
         if len(holders) < len(worker_ids):
@@ -52,8 +53,9 @@ class MemoryResidency:
             ids = [w for w in holders if w in wanted]
         else:
             ids = [w for w in worker_ids if w in holders]
+        keys = chain_keys(chain)
         for worker_id in ids:
-            result[worker_id] = longest_prefix(chain, self._blocks[worker_id])
+            result[worker_id] = longest_prefix(keys, self._blocks[worker_id])
         return result
 
     def record(self, worker_id: str, chain: Sequence[bytes]) -> None:
@@ -71,21 +73,23 @@ class MemoryResidency:
             self._apply(worker_id, chain)
 
     def _apply(self, worker_id: str, chain: Sequence[bytes]) -> None:
-        blocks = self._blocks.setdefault(worker_id, OrderedDict())
+        blocks = self._blocks.get(worker_id)
+        if blocks is None:
+            blocks = self._blocks[worker_id] = BlockLRU()
         # touch the chain from its end so the leading blocks are the most recently used:
         # an LRU then drops tails before heads, keeping the chain's prefix property
         now_us = time.time_ns() // 1000
-        for index in range(len(chain) - 1, -1, -1):
-            block = chain[index]
-            blocks[block] = now_us - index
-            blocks.move_to_end(block)
-        self._heads.setdefault(chain[0], set()).add(worker_id)
+        keys = chain_keys(chain)
+        touch = blocks.touch
+        for index in range(len(keys) - 1, -1, -1):
+            touch(keys[index], now_us - index)
+        self._heads.setdefault(keys[0], set()).add(worker_id)
         capacity = self._capacity.get(worker_id, self._default_capacity)
         while len(blocks) > capacity:
             self._evict_oldest(worker_id, blocks)
 
-    def _evict_oldest(self, worker_id: str, blocks: OrderedDict[bytes, int]) -> None:
-        evicted, _ = blocks.popitem(last=False)
+    def _evict_oldest(self, worker_id: str, blocks: BlockLRU) -> None:
+        evicted = blocks.pop_oldest()
         holders = self._heads.get(evicted)
         if holders is not None:
             holders.discard(worker_id)
@@ -103,7 +107,7 @@ class MemoryResidency:
         self._flush()  # the served prompt's re-record must land first, it is newer
         blocks = self._blocks.get(worker_id)
         dropped = 0
-        while blocks and next(iter(blocks.values())) <= stamp:
+        while blocks and blocks.oldest_stamp() <= stamp:  # type: ignore[operator]
             self._evict_oldest(worker_id, blocks)
             dropped += 1
         return dropped
@@ -129,12 +133,13 @@ class MemoryResidency:
     def export(self) -> dict[str, WorkerBlocks]:
         """A copy of the whole picture (pending records applied), for a snapshot on disk."""
         self._flush()
-        out = {w: WorkerBlocks(list(blocks.items()), capacity=self._capacity.get(w))
+        out = {w: WorkerBlocks([(key_block(k), s) for k, s in blocks.items()],
+                               capacity=self._capacity.get(w))
                for w, blocks in self._blocks.items()}
         for head, holders in self._heads.items():
             for worker_id in holders:
                 if worker_id in out:
-                    out[worker_id].heads.append(head)
+                    out[worker_id].heads.append(key_block(head))
         return out
 
     def restore(self, workers: dict[str, WorkerBlocks]) -> None:
@@ -142,12 +147,15 @@ class MemoryResidency:
         for worker_id, saved in workers.items():
             if saved.capacity is not None:
                 self._capacity[worker_id] = saved.capacity
-            self._blocks[worker_id] = OrderedDict(saved.blocks)
+            blocks = self._blocks[worker_id] = BlockLRU()
+            for block, stamp in saved.blocks:  # oldest first: touch order is LRU order
+                blocks.touch(block_key(block), stamp)
             for head in saved.heads:
-                self._heads.setdefault(head, set()).add(worker_id)
+                self._heads.setdefault(block_key(head), set()).add(worker_id)
 
     async def start(self) -> None:
         return None
 
     async def close(self) -> None:
         self._flush()
+

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from router.fleet.workers import Worker
 
@@ -19,10 +19,10 @@ class Candidate:
     decode_load: float = 0.0  # requests past their first byte, sharing every engine step
     kv_usage: float = 0.0  # the engine's KV-cache usage, 0..1
     ttft_s: float = 0.0  # predicted time to first token
+    id: str = field(init=False)  # the worker's, copied: policies read it per candidate
 
-    @property
-    def id(self) -> str:
-        return self.worker.id
+    def __post_init__(self) -> None:
+        self.id = self.worker.id
 
     @property
     def load(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 
@@ -29,10 +30,23 @@ class RingCache:
         return ring
 
     def walk(self, key: str, candidates: Sequence[Worker]) -> Iterator[Worker]:
-        """Candidates clockwise from the key's point: the ring owner first."""
+        """Candidates clockwise from the key's point: the ring owner first.
+
+        uhashring's ``iterate_nodes`` order, walked lazily: it slices its whole point list
+        (160 points a node) before yielding the first node, 2 ms at 1,000 workers."""
         by_id = {w.id: w for w in candidates}
         if len(by_id) == 1:
             yield from by_id.values()
             return
-        for node in self.ring(frozenset(by_id)).iterate_nodes(key, distinct=True):
-            yield by_id[node]
+        ring = self.ring(frozenset(by_id))
+        points, owners = ring.runtime._keys, ring.runtime._ring
+        n = len(points)
+        start = bisect(points, ring.hashi(key))
+        seen: set[str] = set()
+        for i in range(start, start + n):
+            node = owners[points[i - n if i >= n else i]]
+            if node not in seen:
+                seen.add(node)
+                yield by_id[node]
+                if len(seen) == len(by_id):
+                    return

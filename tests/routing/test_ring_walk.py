@@ -1,0 +1,21 @@
+"""The lazy ring walk visits workers in exactly uhashring's ``iterate_nodes`` order."""
+
+from __future__ import annotations
+
+import random
+
+from uhashring import HashRing
+
+from router.fleet.workers import Worker
+from router.routing.policies.ring import RingCache
+
+
+def test_walk_is_uhashring_order() -> None:
+    rng = random.Random(7)
+    for n in (1, 2, 3, 17):
+        workers = [Worker(id=f"w{i}", url="http://w") for i in range(n)]
+        ring, rings = HashRing(nodes=sorted(w.id for w in workers)), RingCache()
+        for _ in range(100):
+            key = rng.randbytes(8).hex()
+            walked = [w.id for w in rings.walk(key, workers)]
+            assert walked == list(ring.iterate_nodes(key, distinct=True))
