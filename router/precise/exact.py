@@ -29,9 +29,13 @@ class ExactResidency:
     stored (we subscribed late) is ignored rather than driving the count negative.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_watched: int = 65536) -> None:
         self._blocks: dict[str, Counter[int]] = {}  # vLLM's own (GPU) cache
         self._offload: dict[str, Counter[int]] = {}  # offload tiers (CPU, disk: LMCache)
+        # chain heads a match has asked about -> the workers holding them, per tier; kept
+        # current by every store and removal, so a match probes only those workers
+        self._holders: dict[bool, dict[int, set[str]]] = {True: {}, False: {}}
+        self._max_watched = max_watched
 
     def _tier(self, medium: str | None) -> dict[str, Counter[int]]:
         return self._blocks if medium in GPU_MEDIA else self._offload
@@ -39,28 +43,53 @@ class ExactResidency:
     async def stored(self, worker_id: str, block_hashes: list[BlockHash],
                      medium: str | None = None) -> None:
         counts = self._tier(medium).setdefault(worker_id, Counter())
+        watched = self._holders[medium in GPU_MEDIA]
         for block_hash in block_hashes:
-            counts[block_key(block_hash)] += 1
+            key = block_key(block_hash)
+            counts[key] += 1
+            if key in watched:
+                watched[key].add(worker_id)
 
     async def removed(self, worker_id: str, block_hashes: list[BlockHash],
                       medium: str | None = None) -> None:
         counts = self._tier(medium).get(worker_id)
         if counts is None:
             return
+        watched = self._holders[medium in GPU_MEDIA]
         for block_hash in block_hashes:
             key = block_key(block_hash)
             if counts.get(key, 0) > 1:
                 counts[key] -= 1
-            else:
-                counts.pop(key, None)
+            elif counts.pop(key, None) is not None and key in watched:
+                watched[key].discard(worker_id)
 
     async def cleared(self, worker_id: str) -> None:
         self._blocks.pop(worker_id, None)
+        self._unwatch(worker_id, gpu=True)
 
     def forget(self, worker_id: str) -> None:
         """Drop a worker that left the pool (synchronous: called from pool bookkeeping)."""
         self._blocks.pop(worker_id, None)
         self._offload.pop(worker_id, None)
+        self._unwatch(worker_id, gpu=True)
+        self._unwatch(worker_id, gpu=False)
+
+    def _unwatch(self, worker_id: str, gpu: bool) -> None:
+        for holders in self._holders[gpu].values():
+            holders.discard(worker_id)
+
+    def holders(self, head: BlockHash, gpu: bool = True) -> set[str]:
+        """Workers holding ``head`` in the tier: one scan of the pool the first time a head
+        is asked about, then kept current by the events (a bounded set of heads)."""
+        key = block_key(head)
+        watched = self._holders[gpu]
+        found = watched.get(key)
+        if found is None:
+            if len(watched) >= self._max_watched:
+                watched.clear()
+            tier = self._blocks if gpu else self._offload
+            found = watched[key] = {w for w, counts in tier.items() if key in counts}
+        return found
 
     def match_offloaded(self, worker_id: str, chain: Sequence[BlockHash], start: int) -> int:
         """Blocks of the chain from ``start`` on (after the GPU hit) held in an offload tier:

@@ -112,9 +112,12 @@ class PreciseMatcher:
                                                 cache_salt=extra.cache_salt, lora=extra.lora))
 
     def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> dict[str, int]:
-        """Leading blocks of the chain each worker holds now (its exact cache hit)."""
+        """Leading blocks of the chain each worker holds now (its exact cache hit), asked
+        only of the workers holding the chain's head."""
         out = {}
-        for worker_id in worker_ids:
+        if not chain:
+            return out
+        for worker_id in _among(self.residency.holders(chain[0]), worker_ids):
             hit = self.residency.match(worker_id, chain)
             if hit:
                 out[worker_id] = hit
@@ -122,10 +125,23 @@ class PreciseMatcher:
 
     def offloaded(self, chain: Sequence[bytes], gpu: Mapping[str, int],
                   worker_ids: Sequence[str]) -> dict[str, int]:
-        """Blocks after each worker's GPU hit that it holds in an offload tier."""
+        """Blocks after each worker's GPU hit that it holds in an offload tier: asked of the
+        workers with a GPU hit and those holding the head offloaded (a hit of 0)."""
         out = {}
-        for worker_id in worker_ids:
+        if not chain:
+            return out
+        asked = set(_among(self.residency.holders(chain[0], gpu=False), worker_ids))
+        asked.update(w for w in gpu if gpu[w])
+        for worker_id in asked:
             extra = self.residency.match_offloaded(worker_id, chain, gpu.get(worker_id, 0))
             if extra:
                 out[worker_id] = extra
         return out
+
+
+def _among(holders: set[str], worker_ids: Sequence[str]) -> list[str]:
+    """``holders`` that are candidates, walking the smaller side."""
+    if len(holders) < len(worker_ids):
+        wanted = set(worker_ids)
+        return [w for w in holders if w in wanted]
+    return [w for w in worker_ids if w in holders]
