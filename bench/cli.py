@@ -109,8 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("overhead", help="cost of the hop: direct vs through routers")
     o.add_argument("--requests", type=int, default=2000, help="per cell")
     o.add_argument("--concurrency", default="1,16,64")
-    o.add_argument("--targets", default="direct,prefix_router,prefix_router_redis,"
-                   "sglang_cache_aware,vllm_cache_aware")
+    o.add_argument("--targets", default="direct,prefix_router,prefix_router_round_robin,"
+                   "prefix_router_redis,sglang_cache_aware,vllm_round_robin,vllm_cache_aware")
+    o.add_argument("--sut-cpus", default="", help="CPUs of the system under test, e.g. 1,2 "
+                   "(default: CPU 1; the load generator keeps CPU 0)")
     o.add_argument("--out-dir", type=Path, default=RESULTS)
     o.add_argument("--name", default="overhead", help="file stem of the table and JSON")
     from bench.overload import add_parser as add_overload

@@ -6,6 +6,14 @@ generator is pinned to CPU 0 and the system under test (upstream, router, Redis)
 CPU 1, so the two do not steal each other's core. Results are quoted as ratios to the
 direct path measured in the same run, because absolute numbers on a shared 2-core
 machine move from minute to minute.
+
+Targets: ``direct``; prefix-router as ``prefix_router`` (prefix_aware),
+``prefix_router_round_robin``, ``prefix_router_redis`` and ``prefix_router_2p``
+(``--processes 2`` sharing one Redis, both pinned to the system-under-test core unless
+``--sut-cpus`` gives more); the Rust peers ``sglang_cache_aware``, ``vllm_round_robin``
+and ``vllm_cache_aware``. Router CPU is every process of the target (children included)
+from /proc; streamed cells also time the first chunk (TTFT), which a Nagle-style delay
+in the hop would show.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ async def _cell(url: str, concurrency: int, total: int, stream: bool) -> dict[st
                          "stream": stream})
     headers = {"Content-Type": "application/json"}
     lat: list[float] = []
+    ttft: list[float] = []
     errors = 0
     remaining = total
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
@@ -47,6 +56,9 @@ async def _cell(url: str, concurrency: int, total: int, stream: bool) -> dict[st
                 try:
                     async with session.post(url + "/v1/completions", data=body,
                                             headers=headers) as resp:
+                        if stream:
+                            await resp.content.readany()
+                            ttft.append(time.perf_counter() - t)
                         await resp.read()
                         if resp.status != 200:
                             errors += 1
@@ -61,8 +73,18 @@ async def _cell(url: str, concurrency: int, total: int, stream: bool) -> dict[st
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         wall = time.perf_counter() - t0
     arr = np.asarray(lat) * 1000.0
-    return {"rps": len(lat) / wall, "p50_ms": float(np.percentile(arr, 50)),
-            "p99_ms": float(np.percentile(arr, 99)), "errors": errors, "n": len(lat)}
+    out = {"rps": len(lat) / wall, "p50_ms": float(np.percentile(arr, 50)),
+           "p99_ms": float(np.percentile(arr, 99)), "errors": errors, "n": len(lat)}
+    if ttft:
+        out["ttft_p50_ms"] = float(np.percentile(np.asarray(ttft) * 1000.0, 50))
+    return out
+
+
+# target -> (peer, its policy): the Rust routers as they ship, apart from the policy
+PEER_TARGETS = {"sglang_cache_aware": ("sglang_cache_aware", "cache_aware"),
+                "vllm_cache_aware": ("vllm_cache_aware", "cache_aware"),
+                "vllm_round_robin": ("vllm_cache_aware", "round_robin")}
+REDIS_TARGETS = ("prefix_router_redis", "prefix_router_2p")
 
 
 def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
@@ -70,8 +92,9 @@ def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
     """The target's processes, the one clients call first (none: direct)."""
     if name == "direct":
         return []
-    if name in peers.PEERS:
-        return [peers.start_peer(name, [upstream], logdir, cpus=sut)]
+    if name in PEER_TARGETS:
+        peer, policy = PEER_TARGETS[name]
+        return [peers.start_peer(peer, [upstream], logdir, policy=policy, cpus=sut)]
     if name == "envoy":  # Envoy alone (least-request): the floor under envoy_picker
         config = gateway.envoy_config(fleet.free_port(), fleet.free_port(), None, [upstream])
         return [gateway.start_envoy(config, logdir, cpus=sut)]
@@ -85,16 +108,19 @@ def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
         except Exception:
             picker.stop()
             raise
-    admission = ("--admission", "true") if name == "prefix_router_admission" else ()
-    return [fleet.start_router([upstream], "prefix_aware", logdir, cpus=sut, name=name,
-                               redis_url=redis_url if name == "prefix_router_redis" else None,
-                               extra=admission)]
+    policy = "round_robin" if name == "prefix_router_round_robin" else "prefix_aware"
+    extra = {"prefix_router_admission": ["--admission", "true"],
+             "prefix_router_2p": ["--processes", "2"]}.get(name, [])
+    return [fleet.start_router([upstream], policy, logdir, cpus=sut, name=name, extra=extra,
+                               redis_url=redis_url if name in REDIS_TARGETS else None)]
 
 
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
     caption = "python -m bench " + shlex.join(args.argv)
     ncpu = os.cpu_count() or 1
     gen, sut = ({0}, {1}) if ncpu >= 2 else ({0}, {0})
+    if args.sut_cpus:
+        sut = {int(c) for c in args.sut_cpus.split(",")}
     os.sched_setaffinity(0, gen)
     logdir = Path("/tmp/prefix-router-bench") / f"overhead-{int(time.time())}"
     concs = [int(c) for c in args.concurrency.split(",")]
@@ -107,7 +133,7 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
                           f"http://127.0.0.1:{port}", logdir, cpus=sut)
         procs.append(up)
         redis_url = None
-        if "prefix_router_redis" in targets:
+        if any(t in REDIS_TARGETS for t in targets):
             rport = fleet.free_port()
             redis = fleet.spawn("redis", ["redis-server", "--port", str(rport), "--save", "",
                                           "--appendonly", "no", "--bind", "127.0.0.1"],
@@ -126,12 +152,13 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 for stream in (False, True):
                     for c in concs:
-                        cpu0 = {p.name: fleet.cpu_seconds(p.popen.pid) for p in target_procs}
+                        cpu0 = {p.name: fleet.tree_cpu_seconds(p.popen.pid)
+                                for p in target_procs}
                         cell = asyncio.run(_cell(url, c, args.requests, stream))
                         sent = cell["n"] + min(50, args.requests)
                         if target_procs:  # every process of the hop (Envoy and its picker)
-                            split = {p.name: (fleet.cpu_seconds(p.popen.pid) - cpu0[p.name])
-                                     / sent * 1e6 for p in target_procs}
+                            split = {p.name: (fleet.tree_cpu_seconds(p.popen.pid)
+                                              - cpu0[p.name]) / sent * 1e6 for p in target_procs}
                             cell["router_cpu_us"] = sum(split.values())
                             if len(split) > 1:
                                 cell["cpu_split_us"] = split
@@ -161,8 +188,8 @@ def table(results: dict[str, Any]) -> str:
     direct = {(c["stream"], c["concurrency"]): c for c in cells if c["target"] == "direct"}
     lines = [f"`{results['caption']}`", "",
              "| target | stream | conc | req/s | p50 ms | p99 ms | req/s vs direct | "
-             "p50 vs direct | p99 vs direct | router CPU µs/req | errors |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "p50 vs direct | p99 vs direct | TTFT p50 ms | router CPU µs/req | errors |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in cells:
         d = direct.get((c["stream"], c["concurrency"]))
         cpu = c.get("router_cpu_us")
@@ -177,7 +204,12 @@ def table(results: dict[str, Any]) -> str:
             cpu_text = "–" if cpu is None else f"{cpu:.0f}"
         lines.append(f"| {c['target']} | {'yes' if c['stream'] else 'no'} | {c['concurrency']} "
                      f"| {c['rps']:.0f} | {c['p50_ms']:.2f} | {c['p99_ms']:.2f} | {ratio('rps')} "
-                     f"| {ratio('p50_ms')} | {ratio('p99_ms')} | {cpu_text} | {c['errors']} |")
+                     f"| {ratio('p50_ms')} | {ratio('p99_ms')} | {_ttft(c)} | {cpu_text} "
+                     f"| {c['errors']} |")
     for target, why in results["failures"].items():
-        lines.append(f"| {target} | not run: {why} |" + " |" * 9)
+        lines.append(f"| {target} | not run: {why} |" + " |" * 10)
     return "\n".join(lines) + "\n"
+
+
+def _ttft(cell: dict[str, Any]) -> str:
+    return f"{cell['ttft_p50_ms']:.2f}" if "ttft_p50_ms" in cell else "–"

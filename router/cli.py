@@ -27,7 +27,8 @@ async def serve(config: RouterConfig, stop: asyncio.Event | None = None,
     app = build(config)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True)
+    site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True,
+                       reuse_port=config.processes > 1 or None)
     await site.start()
     log.info("prefix-router listening on http://%s:%d (policy=%s, workers=%d, residency=%s)",
              config.host, config.port, config.policy, len(config.workers),
@@ -50,6 +51,12 @@ def _run(coro: object) -> None:
         asyncio.run(coro)  # type: ignore[arg-type]
     else:
         uvloop.run(coro)  # type: ignore[arg-type]
+
+
+def serve_one(config: RouterConfig) -> None:
+    """One of ``--processes`` (a spawned child: logging is set up again here)."""
+    configure_logging(config.log_level, config.log_format)
+    _run(serve(config))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -77,6 +84,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"prefix-router: {exc}", file=sys.stderr)
         return 2
+    if args.command == "serve" and config.processes > 1:
+        from router.server.processes import check, run_processes
+
+        try:
+            check(config)
+        except ConfigError as exc:
+            print(f"prefix-router: {exc}", file=sys.stderr)
+            return 2
+        return run_processes(config, serve_one)
     configure_logging(config.log_level, config.log_format)
     if args.command == "epp":
         from router.epp.app import build_picker_app  # needs the 'epp' extra (grpcio)

@@ -42,6 +42,8 @@ _NON_NEGATIVE = (lambda v: v >= 0, "must be >= 0")
 class RouterConfig:
     host: str = _opt("127.0.0.1", "address to listen on (0.0.0.0 in a cluster)")
     port: int = _opt(8000, "port to listen on", lambda v: 0 <= v < 65536, "must be a TCP port")
+    processes: int = _opt(1, "router processes on the one port (SO_REUSEPORT); they share "
+                          "residency and load only through --redis-url", *_POSITIVE)
     workers: tuple[tuple[str, str], ...] = _opt(
         (), "upstream workers: URL[,URL...] or NAME=URL[,...]; ids default to w0, w1, ...")
     policy: str = _opt("predicted_ttft", "routing policy: " + ", ".join(POLICY_NAMES),
