@@ -9,6 +9,7 @@ The request's ``X-Test-Mode`` header picks a behaviour (the router forwards it u
   status-NNN     answers NNN with an OpenAI error body
   hang           never answers (until the client goes away: counted as cancelled)
   sleep-MS       answers after MS milliseconds (for load tests; concurrency is tracked)
+  set-cookie     the JSON answer with a Set-Cookie header
 GET /stats gives counters; POST /health/{200|503} flips /health; POST /health-delay/{MS}
 makes /health answer MS milliseconds late (a busy engine's probe).
 """
@@ -75,9 +76,12 @@ async def _respond(request: web.Request, mode: str, body: bytes) -> web.StreamRe
                 return response
         await response.write(b"data: [DONE]\n\n")
         return response
-    return web.json_response({"object": "chat.completion", "served_by": name,
-                              "choices": [{"index": 0, "message": {"role": "assistant",
-                                                                    "content": "ok"}}]})
+    response = web.json_response({"object": "chat.completion", "served_by": name,
+                                  "choices": [{"index": 0, "message": {"role": "assistant",
+                                                                        "content": "ok"}}]})
+    if mode == "set-cookie":
+        response.set_cookie("session", f"of-{name}")
+    return response
 
 
 async def stats(request: web.Request) -> web.Response:

@@ -25,7 +25,10 @@ log = logging.getLogger(__name__)
 async def http_session_ctx(app: web.Application) -> AsyncIterator[None]:
     state = app[ROUTER]
     connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
-    state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+    # no cookie jar: a worker's Set-Cookie must reach its client, not be replayed on every
+    # later client's requests to that worker (and filtering a jar costs on every request)
+    state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,
+                                          cookie_jar=aiohttp.DummyCookieJar())
     state.proxy = Proxy(state.session, state.config, state.metrics)
     state.pool.on_down.append(state.proxy.worker_down)
     yield
