@@ -76,8 +76,10 @@ def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
     out_dir.mkdir(parents=True, exist_ok=True)
     results, failures = [], []
     for spec in [s for s in args.policies.split(",") if s]:
-        policy, eps, scope = parse_policy(spec)
+        behind_envoy = spec.endswith("+envoy")  # the same policy as Envoy's endpoint picker
+        policy, eps, scope = parse_policy(spec.removesuffix("+envoy"))
         cfg = run_config(args, policy=policy, label=spec, out=out_dir / f"{name}-{spec}.json")
+        cfg.gateway = behind_envoy
         if eps is not None:
             cfg.epsilon = eps
         if scope:

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench import analysis, bounds, dynamo, fleet, peers, scrape
+from bench import analysis, bounds, dynamo, fleet, gateway, peers, scrape
 from bench.loadgen import drive
 from bench.workloads import BenchRequest, make_workload
 
@@ -44,6 +44,9 @@ class RunConfig:
     router_url: str | None = None
     worker_urls: list[str] = field(default_factory=list)
     router_extra: list[str] = field(default_factory=list)
+    # the policy in prefix-router epp behind Envoy (bench/gateway.py): "" (no), "STREAMED"
+    # (response bodies pass the picker) or "NONE" (lean)
+    gateway: str = ""
     label: str = ""
     out: Path | None = None
     logdir: Path = Path("/tmp/prefix-router-bench")
@@ -166,6 +169,17 @@ def start_system(cfg: RunConfig, requests: list[BenchRequest], blocks: int, logd
         procs.append(peer)
         return SystemUnderTest(peer.url, worker_urls, peer.popen.pid, None)
     rblocks = fleet.residency_capacity(blocks, 256, cfg.block_size)
+    if cfg.gateway:  # router CPU is the picker's; Envoy's is not counted
+        picker, grpc_port = gateway.start_picker(
+            worker_urls, cfg.policy, logdir, extra=[
+                "--bound-epsilon", str(cfg.epsilon), "--residency-capacity", str(rblocks),
+                *cfg.router_extra])
+        procs.append(picker)
+        envoy = gateway.start_envoy(gateway.envoy_config(
+            fleet.free_port(), fleet.free_port(), ("127.0.0.1", grpc_port), worker_urls,
+            response_body=cfg.gateway), logdir)
+        procs.append(envoy)
+        return SystemUnderTest(envoy.url, worker_urls, picker.popen.pid, ids)
     router = fleet.start_router(worker_urls, cfg.policy, logdir, epsilon=cfg.epsilon,
                                 residency_blocks=rblocks, extra=cfg.router_extra)
     procs.append(router)

@@ -84,12 +84,13 @@ async def workers(session: aiohttp.ClientSession, picker: fleet.Proc) -> dict[st
 
 
 async def until(check, session, picker) -> dict[str, dict]:
-    """Poll the picker's pool until ``check`` holds (a test timeout bounds the wait)."""
-    while True:
-        seen = await workers(session, picker)
-        if check(seen):
-            return seen
-        await asyncio.sleep(0.1)
+    """Poll the picker's pool until ``check`` holds (20 s: a hundred polls)."""
+    async with asyncio.timeout(20):
+        while True:
+            seen = await workers(session, picker)
+            if check(seen):
+                return seen
+            await asyncio.sleep(0.1)
 
 
 async def test_picker_follows_the_pools_ready_pods(kube_api, tmp_path) -> None:
