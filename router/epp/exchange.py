@@ -84,7 +84,7 @@ class Exchange:
         if not message.request_body.end_of_stream:
             return protocol.CONTINUE_BODY
         if self._path not in PROMPT_READERS:
-            return self._pick_without_body(protocol.CONTINUE_BODY)
+            return self._pick_without_body(Reply(request_body=ext_proc.BodyResponse()))
         pipeline = self._state.pipeline
         try:
             routed = await decide(pipeline, b"".join(self._body), self._path,
@@ -102,7 +102,8 @@ class Exchange:
         return self._answer(routed.decision, routed.parsed.stream)
 
     def _pick_without_body(self, reply: Reply) -> Reply:
-        """No OpenAI body to key on (e.g. GET /v1/models): the least-loaded worker."""
+        """No body this picker keys on (GET /v1/models, another API): the least-loaded
+        worker. ``reply`` is a fresh message; the answer is written into it."""
         try:
             candidates = self._state.pipeline.candidates(None)
         except Rejected as exc:

@@ -163,3 +163,18 @@ def test_lean_mode_still_ends_each_request_and_keeps_contexts_warm(tmp_path) -> 
         assert gw.picker_metric("prefix_router_cached_tokens_actual_total") == 0  # no usage
     finally:
         gw.stop()
+
+
+def test_requests_without_a_keyed_body_go_to_the_least_loaded_worker(shared_gateway) -> None:
+    gw = shared_gateway
+    with urllib.request.urlopen(gw.url + "/v1/models", timeout=10) as resp:  # no body
+        assert resp.status == 200 and resp.headers["x-prefix-router-reason"] == "least_loaded"
+        assert MODEL in resp.read().decode()
+    for _ in range(2):  # a body the picker does not key on, then a keyed one: no crosstalk
+        req = urllib.request.Request(gw.url + "/tokenize", method="POST",
+                                     data=json.dumps({"model": MODEL, "prompt": "hi"}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            assert resp.headers["x-prefix-router-reason"] == "least_loaded"
+    status, headers, _ = complete(gw.url, prompt(77))
+    assert status == 200 and headers["x-prefix-router-reason"] != "least_loaded"
