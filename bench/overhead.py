@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import os
 import shlex
+import socket
 import sys
 import time
 from pathlib import Path
@@ -98,6 +99,19 @@ def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
     if name == "envoy":  # Envoy alone (least-request): the floor under envoy_picker
         config = gateway.envoy_config(fleet.free_port(), fleet.free_port(), None, [upstream])
         return [gateway.start_envoy(config, logdir, cpus=sut)]
+    if name == "envoy_null_picker":  # the gRPC exchange alone: no decision, no accounting
+        grpc_port = fleet.free_port()
+        picker = fleet.spawn("null_picker", [sys.executable, "-m", "bench.null_picker",
+                                             str(grpc_port), upstream.split("://", 1)[1]],
+                             upstream, logdir, cpus=sut)
+        try:
+            _wait_listening(grpc_port)
+            config = gateway.envoy_config(fleet.free_port(), fleet.free_port(),
+                                          ("127.0.0.1", grpc_port), [upstream])
+            return [gateway.start_envoy(config, logdir, cpus=sut), picker]
+        except Exception:
+            picker.stop()
+            raise
     if name.startswith("envoy_picker"):  # Envoy carries the bytes, prefix-router epp decides
         picker, grpc_port = gateway.start_picker([upstream], "prefix_aware", logdir, cpus=sut)
         try:  # _lean: the response body does not pass the picker (no usage read)
@@ -113,6 +127,18 @@ def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
              "prefix_router_2p": ["--processes", "2"]}.get(name, [])
     return [fleet.start_router([upstream], policy, logdir, cpus=sut, name=name, extra=extra,
                                redis_url=redis_url if name in REDIS_TARGETS else None)]
+
+
+def _wait_listening(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
 
 
 def overhead(args: argparse.Namespace) -> dict[str, Any]:
