@@ -76,10 +76,13 @@ def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
     out_dir.mkdir(parents=True, exist_ok=True)
     results, failures = [], []
     for spec in [s for s in args.policies.split(",") if s]:
-        behind_envoy = spec.endswith("+envoy")  # the same policy as Envoy's endpoint picker
-        policy, eps, scope = parse_policy(spec.removesuffix("+envoy"))
+        # +envoy: the same policy as Envoy's endpoint picker; +envoy-lean: response bodies
+        # bypass the picker
+        base, _, gateway = spec.partition("+envoy")
+        policy, eps, scope = parse_policy(base)
         cfg = run_config(args, policy=policy, label=spec, out=out_dir / f"{name}-{spec}.json")
-        cfg.gateway = behind_envoy
+        if "+envoy" in spec:
+            cfg.gateway = "NONE" if gateway == "-lean" else "STREAMED"
         if eps is not None:
             cfg.epsilon = eps
         if scope:
