@@ -109,13 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s prefix-worker %(message)s")
-    if cfg.kv_events_endpoint and not getattr(args, "skip_vllm_check", False):
-        # Only a worker that publishes KV events is read hash by hash by the routers.
-        found = vllm_check.probe(cfg.python, cfg.python_hash_seed)
-        vllm_check.check(found, cfg.python_hash_seed)
-        logging.getLogger(__name__).info("vLLM %s: KV events and block hashes as expected",
-                                         found.version)
-    return asyncio.run(launch(cfg))
+    return asyncio.run(launch(cfg, check_vllm=not getattr(args, "skip_vllm_check", False)))
 
 
 if __name__ == "__main__":

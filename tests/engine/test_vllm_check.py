@@ -13,7 +13,7 @@ from engine_worker import vllm_check
 from router.protocol.block_hash import block_hashes
 from router.protocol.kv_events import STORED_FIELDS
 from tests.engine.test_launcher import FAKE_VLLM
-from tests.support import REPO
+from tests.support import REPO, free_port
 
 KNOWN = tuple(h.hex() for h in block_hashes(list(range(64)), 32, seed="0",
                                             cache_salt=vllm_check.PROBE_SALT))
@@ -36,10 +36,14 @@ def test_another_hash_scheme_is_refused() -> None:
 
 
 def test_prefix_worker_refuses_a_vllm_without_those_interfaces() -> None:
+    """The fake engine starts and answers /health, but never gets registered: the check
+    runs while it loads and stops it."""
     done = subprocess.run(
         [sys.executable, "-m", "engine_worker", "--model", "fake", "--python", sys.executable,
-         "--kv-events-endpoint", "tcp://*:5599"],
+         "--host", "127.0.0.1", "--port", str(free_port()), "--kv-events-endpoint",
+         f"tcp://*:{free_port()}", "--health-timeout-s", "60", "--env",
+         f"PYTHONPATH={FAKE_VLLM}"],
         cwd=REPO, capture_output=True, text=True, timeout=120,
-        env={"PYTHONPATH": f"{FAKE_VLLM}:{REPO}", "PATH": "/usr/bin:/bin"})
-    assert done.returncode != 0
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == vllm_check.REFUSED, done.stderr
     assert "does not have the KV-event and block-hash interfaces of vLLM 0.32.x" in done.stderr
