@@ -29,7 +29,7 @@ from tests.engine.vllm_fleet import (
     reset_caches,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the first one starts the fleet
 pytest.importorskip("transformers")
 WORKER = "X-Prefix-Router-Worker"
 PREDICTED = "X-Prefix-Router-Predicted-Cached"
