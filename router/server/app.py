@@ -65,8 +65,7 @@ def build_app(config: RouterConfig) -> web.Application:
     app[ROUTER] = state
     if config.lora_adapters:
         app[LORA_LOADER] = LoraLoader(dict(config.lora_adapters), pool)
-    app[RESPONSE_OWNERS] = ResponseOwners(redis, config.redis_key_prefix, config.responses_ttl_s,
-                                          timeout_ms=config.redis_timeout_ms)
+    app[RESPONSE_OWNERS] = ResponseOwners(redis, config.redis_key_prefix, config.responses_ttl_s)
     app.cleanup_ctx.append(supervisor_ctx)  # first in, so last out: no task outlives the app
     app.cleanup_ctx.append(http_session_ctx)
     app.cleanup_ctx.append(redis_ctx)  # closed after the residency store's last flush

@@ -31,17 +31,16 @@ log = logging.getLogger(__name__)
 # OpenAI's) puts it first, and a stream's first event (response.created) carries it.
 _ID = re.compile(rb'"id"\s*:\s*"([A-Za-z0-9_.:-]{1,128})"')
 _SCAN_BYTES = 65536  # an id not found this far in is not coming
+WRITE_TRIES = 4
 
 
 class ResponseOwners:
     def __init__(self, redis: Redis | None = None, key_prefix: str = "prefix-router:",
-                 ttl_s: float = 3600.0, capacity: int = 100_000,
-                 timeout_ms: float = 20.0) -> None:
+                 ttl_s: float = 3600.0, capacity: int = 100_000) -> None:
         self._redis = redis
         self._prefix = key_prefix + "response:"
         self._ttl_s = ttl_s
         self._capacity = capacity
-        self._timeout_s = timeout_ms / 1000.0
         self._local: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._writes: set[asyncio.Task[None]] = set()
 
@@ -64,25 +63,30 @@ class ResponseOwners:
             del self._local[response_id]
         if self._redis is None:
             return None
-        try:
-            async with asyncio.timeout(self._timeout_s * 5):  # rare, and a miss is a 404
+        for attempt in range(2):  # only follow-ups pay this, and a miss is a 404
+            try:
                 value = await self._redis.get(self._prefix + response_id)
-        except (RedisError, OSError, TimeoutError) as exc:
-            log.warning("response owner lookup failed: %r", exc)
-            return None
-        return value.decode() if isinstance(value, bytes) else value
+                return value.decode() if isinstance(value, bytes) else value
+            except (RedisError, OSError, TimeoutError) as exc:
+                log.warning("response owner lookup failed (try %d of 2): %r", attempt + 1, exc)
+        return None
 
     def watch(self, attempt: Attempt) -> None:
         """Learn the response id from a try's reply as it passes (first chunks only)."""
         attempt.observer = _IdWatcher(self)
 
     async def _write(self, response_id: str, worker_id: str) -> None:
+        """Retried: a lost write makes another replica answer the id's follow-ups 404."""
         assert self._redis is not None
-        try:
-            await self._redis.set(self._prefix + response_id, worker_id,
-                                  ex=max(1, int(self._ttl_s)))
-        except (RedisError, OSError) as exc:
-            log.warning("response owner write failed: %r", exc)
+        for attempt in range(WRITE_TRIES):
+            try:
+                await self._redis.set(self._prefix + response_id, worker_id,
+                                      ex=max(1, int(self._ttl_s)))
+                return
+            except (RedisError, OSError, TimeoutError) as exc:
+                log.warning("response owner write failed (try %d of %d): %r", attempt + 1,
+                            WRITE_TRIES, exc)
+                await asyncio.sleep(0.1 * 2 ** attempt)
 
     async def close(self) -> None:
         if self._writes:

@@ -43,14 +43,14 @@ async def test_responses_api_reaches_the_maker_on_vllm(vllm_fleet: Fleet) -> Non
             model=MODEL_NAME, instructions="Answer briefly.", input=document(7, 120),
             max_output_tokens=3, temperature=0)
         first, maker = raw.parse(), raw.headers[WORKER]
-        assert first.id and first.status == "completed"
+        assert first.id and first.status in ("completed", "incomplete")  # max_output_tokens
         served: Counter[str] = Counter()
         for turn in range(6):
             raw = await oai.responses.with_raw_response.create(
                 model=MODEL_NAME, previous_response_id=first.id, input=f"and {turn}?",
                 max_output_tokens=2, temperature=0)
             served[raw.headers[WORKER]] += 1
-            assert raw.parse().status == "completed"
+            assert raw.parse().status in ("completed", "incomplete")
         assert served == {maker: 6}
 
         stream = await oai.responses.create(model=MODEL_NAME, input=document(8, 80),

@@ -95,7 +95,7 @@ async def test_router_replicas_share_response_owners_through_redis(redis_server)
         raw = await a.responses.with_raw_response.create(model=MODEL, input=DOC,
                                                          max_output_tokens=2)
         made, maker = raw.parse(), raw.headers[WORKER]
-        for _ in range(100):  # the owner is written to Redis off the request path
+        for _ in range(500):  # the owner is written to Redis off the request path
             if redis_server.client().exists(f"prefix-router:response:{made.id}"):
                 break
             await asyncio.sleep(0.02)
