@@ -1,15 +1,15 @@
 """``python -m bench soak``: steady mixed load over simulated workers while faults hit them.
 
-A router (with Redis) in front of 4 ``prefix-sim`` workers serves closed-loop clients
-(chat and completions, streamed and not, prompts sharing documents) for a bounded time,
-while bench/faults.py SIGKILLs, SIGSTOPs and restarts workers and kills Redis on a
-schedule. Every request's fate is counted: ``ok``; ``resumed`` (an ok stream whose worker
-was SIGKILLed or SIGSTOPped while it ran); ``4xx``; ``5xx``; ``error_event``; ``cut``
-(no ``[DONE]``); ``short`` (fewer tokens than asked: the simulator always produces
-``max_tokens``); ``timeout`` (the client gave up); ``conn_error``. The router's RSS and
-open file descriptors are sampled every second; growth compares the medians of the first
-and last thirds after warm-up. The result is JSON plus a table (``--readme`` writes it
-into bench/README.md).
+A router (with Redis behind Sentinel) in front of 4 ``prefix-sim`` workers serves closed-
+loop clients (chat and completions, streamed and not, prompts sharing documents) for a
+bounded time, while bench/faults.py SIGKILLs, SIGSTOPs and restarts workers, kills the
+Redis master and fails Redis over on a schedule. Every request's fate is counted: ``ok``;
+``resumed`` (an ok stream whose worker was SIGKILLed or SIGSTOPped while it ran); ``4xx``;
+``5xx``; ``error_event``; ``cut`` (no ``[DONE]``); ``short`` (fewer tokens than asked: the
+simulator always produces ``max_tokens``); ``timeout`` (the client gave up);
+``conn_error``. The router's RSS and open file descriptors are sampled every second; growth
+compares the medians of the first and last thirds after warm-up. The result is JSON plus a
+table (``--readme`` writes it into bench/README.md).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench.faults import Injector, RedisProc
+from bench.faults import Injector, SentinelRedis
 from bench.fleet import MODEL, WorkerSpec, start_router, start_workers
 
 LOST = ("5xx", "error_event", "cut", "short", "timeout", "conn_error")
@@ -215,7 +215,7 @@ async def router_counters(url: str) -> dict[str, float]:
 
 def soak(cfg: SoakConfig, out: Path, command: str, readme: bool = False) -> dict[str, Any]:
     run_dir = Path(tempfile.mkdtemp(prefix="soak-"))
-    redis = RedisProc(run_dir / "redis")
+    redis = SentinelRedis(run_dir / "redis")
     redis.start()
     workers = start_workers(cfg.workers, WorkerSpec(time_scale=cfg.time_scale), run_dir)
     router = None

@@ -1,7 +1,8 @@
 """The soak's one-minute version, as CI runs it: real router, workers, Redis and signals.
 
 One round of every fault (a SIGKILL of the worker with the most open streams, a SIGSTOP,
-a graceful restart, a Redis kill) under steady mixed load; the acceptance of the
+a graceful restart, a SIGKILL of the Redis master, a Sentinel failover) under steady
+mixed load; the acceptance of the
 ten-minute run in bench/README.md, on a shorter clock.
 """
 
@@ -18,11 +19,12 @@ from tests.support import REPO
 def test_one_minute_soak_loses_nothing_and_resumes_every_killed_stream(tmp_path: Path) -> None:
     out = tmp_path / "soak.json"
     proc = subprocess.run([sys.executable, "-m", "bench", "soak", "--minutes", "1",
-                           "--out", str(out)], cwd=REPO, capture_output=True, text=True,
-                          timeout=300)
+                           "--fault-every-s", "10", "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
     assert out.exists(), proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
-    assert {"kill", "stop", "restart", "redis_kill"} <= set(result["faults"]), result["faults"]
+    assert {"kill", "stop", "restart", "redis_kill", "failover_done"} <= set(result["faults"]), (
+        result["faults"])
     assert result["requests"] > 100
     assert result["lost"] == 0, result["not_ok"]
     assert result["fates"]["4xx"] == 0
