@@ -128,6 +128,11 @@ class RouterConfig:
     stream_resumes: int = _opt(2, "times a stream broken after its first byte is continued on "
                                "another worker (0: never, it ends with an error event: for "
                                "output that must come from one engine)", *_NON_NEGATIVE)
+    hedge_share: float = _opt(0.0, "share of requests that may also go to the next worker "
+                              "when their first byte is late (0: never hedge)",
+                              lambda v: 0 <= v <= 1, "must be in [0, 1]")
+    hedge_factor: float = _opt(4.0, "a first byte is late after this many times the "
+                               "request's predicted TTFT (predicted_ttft policy)", *_POSITIVE)
     retry_backoff_s: float = _opt(0.02, "base of the jittered backoff between tries",
                                   *_NON_NEGATIVE)
     max_body_bytes: int = _opt(32 * 1024 * 1024, "largest request body accepted", *_POSITIVE)

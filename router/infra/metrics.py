@@ -30,6 +30,9 @@ class RouterMetrics:
                                       "their first byte, by outcome: resumed on another "
                                       "worker, complete (nothing was missing), limit, "
                                       "tool_calls, no_worker", ["outcome"], registry=r)
+        self.hedges = Counter("prefix_router_hedges", "Requests also sent to the next worker "
+                              "because their first byte was late (sent), and those the "
+                              "second worker answered first (won)", ["outcome"], registry=r)
         self.latency = Histogram("prefix_router_request_latency_seconds", "Request latency "
                                  "through the router", ["route"], buckets=LATENCY_BUCKETS,
                                  registry=r)

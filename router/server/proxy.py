@@ -17,7 +17,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,7 @@ from router.routing.accounting import Attempt
 from router.routing.candidate import Candidate
 from router.server.early_response import EARLY_RESPONSE
 from router.server.errors import error_response, sse_error_event
+from router.server.hedge import HedgeBudget, first_of, hedge_wait_s
 from router.server.resume import Resumption, Splice, continuation, resumable
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ class Proxy:
                                               sock_read=config.idle_timeout_s)
         self._urls: dict[tuple[str, str], URL] = {}  # parsed once, not per request
         self._legs: dict[str, set[Leg]] = {}  # live legs by worker id
+        self._hedges = HedgeBudget(config.hedge_share) if config.hedge_share > 0 else None
 
     def _url(self, base: str, path: str) -> URL:
         url = self._urls.get((base, path))
@@ -123,28 +125,36 @@ class Proxy:
         failure = UpstreamFailure(503, "no worker could take the request", "none")
         tries = ranked[: self._config.retry_attempts]
         done: list[Attempt] = []
+        if self._hedges is not None:
+            self._hedges.on_request()
         for attempt, candidate in enumerate(tries):
-            worker = candidate.worker
             if attempt:
-                if not worker.routable():
-                    continue  # marked down since the ranking
+                if not candidate.worker.routable() or any(a.candidate is candidate
+                                                          for a in done):
+                    continue  # marked down since the ranking, or tried as a hedge
                 self._metrics.retries.labels(failure.cause).inc()
                 await asyncio.sleep(self._config.retry_backoff_s * attempt * random.random())
-            reply = {"X-Request-Id": request_id}
-            if self._config.router_headers:
-                reply["X-Prefix-Router-Worker"] = worker.id
-                reply["X-Prefix-Router-Reason"] = reason if attempt == 0 else "failover"
-            if worker_headers and worker.id in worker_headers:
-                reply.update(worker_headers[worker.id])
             tried = begin(candidate)
             done.append(tried)
             try:
-                leg = await self._open(tried, path, body, headers, stream, method)
+                if attempt == 0 and self._hedges is not None:
+                    leg = await self._open_hedged(tried, tries[1:], path, body, headers,
+                                                  stream, method, begin, done)
+                else:
+                    leg = await self._open(tried, path, body, headers, stream, method)
             except UpstreamFailure as exc:
-                log.warning("worker %s failed (%s): %s", worker.id, exc.cause, exc,
-                            extra={"request_id": request_id, "worker": worker.id})
+                log.warning("worker %s failed (%s): %s", candidate.id, exc.cause, exc,
+                            extra={"request_id": request_id, "worker": candidate.id})
                 failure = exc
                 continue
+            worker = leg.tried.worker
+            reply = {"X-Request-Id": request_id}
+            if self._config.router_headers:
+                reply["X-Prefix-Router-Worker"] = worker.id
+                reply["X-Prefix-Router-Reason"] = (
+                    "failover" if attempt else "hedge" if leg.tried is not tried else reason)
+            if worker_headers and worker.id in worker_headers:
+                reply.update(worker_headers[worker.id])
             assert leg.upstream is not None
             status = leg.upstream.status
             reply_headers = filtered_headers(leg.upstream.headers, RESPONSE_SKIP, reply)
@@ -163,6 +173,32 @@ class Proxy:
                                   retry_after=1 if failure.status == 503 else None,
                                   headers={"X-Request-Id": request_id})
         return Outcome(response, None, done)
+
+    async def _open_hedged(self, tried: Attempt, spares: Sequence[Candidate], path: str,
+                           body: bytes, headers: CIMultiDict[str], stream: bool, method: str,
+                           begin: Callable[[Candidate], Attempt], done: list[Attempt]) -> Leg:
+        """The first try, hedged to the next routable worker when its first byte is late
+        against its predicted TTFT (router/server/hedge.py); the winner's leg."""
+        assert self._hedges is not None
+        hedges = self._hedges
+        spare = next((c for c in spares if c.worker.routable()), None)
+        predicted = tried.candidate.ttft_s
+        if spare is None or predicted <= 0:
+            return await self._open(tried, path, body, headers, stream, method)
+
+        def hedge() -> Awaitable[Leg] | None:
+            if not spare.worker.routable() or not hedges.take():
+                return None
+            second = begin(spare)
+            done.append(second)
+            self._metrics.hedges.labels("sent").inc()
+            return self._open(second, path, body, headers, stream, method)
+
+        leg, won = await first_of(self._open(tried, path, body, headers, stream, method),
+                                  hedge_wait_s(predicted, self._config.hedge_factor), hedge)
+        if won:
+            self._metrics.hedges.labels("won").inc()
+        return leg
 
     # -- one leg: dispatch to first byte, close ----------------------------------------
     async def _open(self, tried: Attempt, path: str, body: bytes, headers: CIMultiDict[str],
