@@ -17,6 +17,7 @@ from aiohttp import web
 from router.config import ConfigError, RouterConfig, add_arguments, load_config
 from router.infra.logs import configure as configure_logging
 from router.server.app import build_app
+from router.server.edge import EdgeRunner, edge_options
 
 log = logging.getLogger("router")
 
@@ -25,7 +26,7 @@ async def serve(config: RouterConfig, stop: asyncio.Event | None = None,
                 build: Callable[[RouterConfig], web.Application] = build_app) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop``); in-flight requests get time to finish."""
     app = build(config)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = EdgeRunner(app, handler_cancellation=True, access_log=None, **edge_options(config))
     await runner.setup()
     site = web.TCPSite(runner, config.host, config.port, backlog=1024, reuse_address=True,
                        reuse_port=config.processes > 1 or None)

@@ -172,6 +172,12 @@ class RouterConfig:
                                 *_POSITIVE)
     router_headers: bool = _opt(True, "add X-Prefix-Router-Worker/-Reason to responses")
     admin_token: str = _opt("", "bearer token for /admin (empty: admin routes are off)")
+    client_timeout_s: float = _opt(30.0, "a client must send a request's head, and then its "
+                                   "body, within this long (slow clients are cut off); also "
+                                   "the idle keep-alive timeout", *_POSITIVE)
+    max_header_bytes: int = _opt(8190, "longest request line or header line accepted",
+                                 *_POSITIVE)
+    max_headers: int = _opt(100, "most request headers accepted", *_POSITIVE)
     epp_port: int = _opt(9002, "endpoint-picker mode (prefix-router epp): ext_proc gRPC port",
                          lambda v: 0 <= v < 65536, "must be a TCP port")
     epp_fail_open: bool = _opt(False, "endpoint-picker mode: on a picker fault, let the gateway "

@@ -25,6 +25,7 @@ from router.server.contexts import (
     snapshot_ctx,
 )
 from router.server.discovery import discovery_ctx
+from router.server.edge import body_deadline
 from router.server.errors import openai_errors
 from router.server.lora_loader import LORA_LOADER, LoraLoader
 from router.server.precise_ctx import precise_ctx
@@ -35,7 +36,8 @@ from router.server.state import ROUTER, RouterState
 
 def build_app(config: RouterConfig) -> web.Application:
     app = web.Application(client_max_size=config.max_body_bytes,
-                          middlewares=[request_ids, openai_errors])
+                          middlewares=[request_ids, openai_errors,
+                                       body_deadline(config.client_timeout_s)])
     app.on_response_prepare.append(stamp_request_id)
     route_trace.install(app, config)
     metrics = RouterMetrics()
