@@ -43,9 +43,10 @@ class HealthChecker:
                 log.error("health check of worker %s failed", worker.id, exc_info=result)
 
     async def check(self, worker: Worker) -> None:
+        answered = False
         try:
             async with self._session.get(worker.url + "/health", timeout=self._timeout) as resp:
-                healthy = resp.status == 200
+                healthy, answered = resp.status == 200, True
             if healthy:
                 await self._learn_models(worker)
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -60,7 +61,7 @@ class HealthChecker:
             log.info("worker %s is %s", worker.id, "healthy" if healthy else "unhealthy")
             if healthy:
                 worker.breaker.on_success()
-        self._pool.set_health(worker, healthy)
+        self._pool.set_health(worker, healthy, answered)
         self._metrics.healthy.labels(worker.id).set(1 if healthy else 0)
 
     async def _learn_models(self, worker: Worker) -> None:

@@ -128,11 +128,13 @@ class WorkerPool:
             _run(self.on_removed, worker)
         return worker
 
-    def set_health(self, worker: Worker, healthy: bool) -> None:
-        """Record a health check's verdict; a worker going down runs the ``on_down`` hooks
-        (the proxy stops waiting on it)."""
+    def set_health(self, worker: Worker, healthy: bool, answered: bool = False) -> None:
+        """Record a health check's verdict; a worker going down without answering its probe
+        (dead or hung) runs the ``on_down`` hooks: the proxy stops waiting on it. One that
+        answers "not ready" (a 503 while it drains) gets no new requests, but those it
+        holds finish there; if its engine has died they fail and are retried as usual."""
         was, worker.healthy = worker.healthy, healthy
-        if was and not healthy:
+        if was and not healthy and not answered:
             _run(self.on_down, worker)
 
     def candidates(self, model: str | None) -> list[Worker]:

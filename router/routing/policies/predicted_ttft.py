@@ -39,6 +39,12 @@ def _ttft(c: Candidate) -> float:
     return c.ttft_s
 
 
+def _cold(matched: Sequence[int]) -> bool:
+    """No worker holds the prompt, or most hold its deepest held prefix (a system prompt):
+    where a minority holds it, it is this context's, and the ring keeps replicas agreeing."""
+    return matched[-1] == 0 or matched[(len(matched) - 1) // 2] >= matched[-1]
+
+
 def _start_s(c: Candidate) -> float:
     """Predicted TTFT as if nothing were cached: for a cold context, the common prefix some
     workers hold must not decide, or a worker that has served nothing never starts one."""
@@ -85,11 +91,11 @@ class PredictedTTFT:
         # about where this context lives: without this, a worker that has served nothing
         # yet never wins against those holding it (seen: 0 of 359 requests on one worker)
         matched = sorted(c.matched_blocks for c in candidates)
-        common = matched[len(matched) // 2]
+        common = matched[(len(matched) - 1) // 2]  # held by most (over half)
         warmer = [c for c in eligible if c.matched_blocks > max(stay.matched_blocks, common)]
         if warmer and (closest := min(warmer, key=_ttft)).ttft_s < stay.ttft_s:
             choice, reason = closest, "warm"
-        elif not warmer and not live and stay.matched_blocks <= common:
+        elif not warmer and not live and _cold(matched):
             soonest = min(eligible, key=_start_s)
             if _start_s(soonest) + self.cold_slack_s < _start_s(stay):
                 choice, reason = soonest, "cold"
