@@ -12,10 +12,13 @@ AIPERF_STAMP := .venv-aiperf/.installed-aiperf-0.13.0
 
 .PHONY: demo test lint envs dynamo-env aiperf-env
 
+# xds-protos (epp) ships an older copy of opentelemetry/proto that, installed after
+# opentelemetry-proto (otel), breaks the OTLP exporter's imports: the last line puts it back
 $(STAMP): pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
 	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q --force-reinstall --no-deps "opentelemetry-proto==$$($(VENV)/bin/python -c 'import importlib.metadata as m; print(m.version("opentelemetry-proto"))')"
 	touch $@
 
 # torch==2.13.0 is the CPU wheel on this machine's disk; unpinned, pip would fetch CUDA builds
