@@ -20,6 +20,7 @@ from bench.workloads.base import BenchRequest
 
 WORKER_HEADER = "X-Prefix-Router-Worker"
 REASON_HEADER = "X-Prefix-Router-Reason"
+PREDICTED_TTFT_HEADER = "X-Prefix-Router-Predicted-TTFT-Ms"
 
 
 @dataclass(slots=True)
@@ -34,6 +35,7 @@ class Record:
     end_s: float | None = None
     worker: str | None = None
     reason: str | None = None
+    predicted_ttft_ms: float | None = None  # the router's, for the worker that served
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
@@ -56,6 +58,8 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, req: BenchR
             rec.http_status = resp.status
             rec.worker = resp.headers.get(WORKER_HEADER)
             rec.reason = resp.headers.get(REASON_HEADER)
+            if (predicted := resp.headers.get(PREDICTED_TTFT_HEADER)) is not None:
+                rec.predicted_ttft_ms = float(predicted)
             if resp.status != 200:
                 rec.status, rec.error = "error", (await resp.text())[:300]
                 return

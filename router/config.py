@@ -170,7 +170,8 @@ class RouterConfig:
                                  "of its rate", *_POSITIVE)
     limits_sync_s: float = _opt(0.1, "admission: how often limits are synced through Redis",
                                 *_POSITIVE)
-    router_headers: bool = _opt(True, "add X-Prefix-Router-Worker/-Reason to responses")
+    router_headers: bool = _opt(True, "add X-Prefix-Router-Worker/-Reason/-Predicted-TTFT-Ms "
+                                "to responses")
     admin_token: str = _opt("", "bearer token for /admin (empty: admin routes are off)")
     client_timeout_s: float = _opt(30.0, "a client must send a request's head, and then its "
                                    "body, within this long (slow clients are cut off); also "

@@ -44,6 +44,7 @@ from router.server.lora_loader import LORA_LOADER
 from router.server.state import ROUTER
 
 PREDICTED_HEADER = "X-Prefix-Router-Predicted-Cached"
+PREDICTED_TTFT_HEADER = "X-Prefix-Router-Predicted-TTFT-Ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,10 +135,19 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
 
 def _predicted_headers(routing: RoutingRequest, ranked: list[Candidate]
                        ) -> dict[str, dict[str, str]] | None:
-    """Precise mode tells the client what the engine should find cached (exact residency)."""
-    if not routing.exact:
-        return None
-    return {c.id: {PREDICTED_HEADER: str(int(c.cached_tokens))} for c in ranked}
+    """What the router expected of the worker that served: its predicted TTFT (policies
+    that compute one), so a client or the bench can hold the prediction against what it
+    saw; in precise mode also the prompt tokens the engine should find cached."""
+    headers: dict[str, dict[str, str]] = {}
+    for c in ranked:
+        mine: dict[str, str] = {}
+        if c.ttft_s > 0:
+            mine[PREDICTED_TTFT_HEADER] = f"{c.ttft_s * 1000:.1f}"
+        if routing.exact:
+            mine[PREDICTED_HEADER] = str(int(c.cached_tokens))
+        if mine:
+            headers[c.id] = mine
+    return headers or None
 
 
 async def list_models(request: web.Request) -> web.Response:

@@ -87,3 +87,17 @@ async def test_an_unseen_eviction_shows_in_the_error_and_the_worker_is_no_longer
             keys.prompt_key((newer + " question five").encode(), MODEL, pipeline.block_chars,
                             pipeline.max_blocks, pipeline.key_blocks).chain, ["w0"])
 
+
+
+async def test_the_predicted_ttft_header_falls_once_the_prefix_is_warm(sim: SimWorker) -> None:
+    doc = document("gamma")
+    async with router_client([sim], policy="predicted_ttft") as client:
+        predicted = []
+        for question in ("one", "two"):  # cold, then warm on the same worker
+            async with client.post("/v1/completions", json=completion(doc, question)) as resp:
+                assert resp.status == 200
+                predicted.append(float(resp.headers["X-Prefix-Router-Predicted-TTFT-Ms"]))
+        assert 0 < predicted[1] < predicted[0]  # the warm request has less to prefill
+    async with router_client([sim], policy="round_robin") as client, \
+            client.post("/v1/completions", json=completion(doc, "three")) as resp:
+        assert "X-Prefix-Router-Predicted-TTFT-Ms" not in resp.headers  # predicts none
