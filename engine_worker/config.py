@@ -154,16 +154,22 @@ class WorkerConfig:
         return self._public_endpoint(self.kv_events_replay_endpoint or "")
 
     def _public_endpoint(self, endpoint: str) -> str:
-        if not endpoint.startswith("tcp://"):
-            return endpoint
-        host, _, port = endpoint[len("tcp://"):].rpartition(":")
-        if host in WILDCARD_HOSTS:
-            host = urlsplit(self.public_url).hostname or "127.0.0.1"
-        return f"tcp://{host}:{port}"
+        return public_endpoint(endpoint, self.public_url)
 
     @property
     def effective_worker_id(self) -> str:
         return self.worker_id or f"{socket.gethostname()}-{self.port}"
+
+
+def public_endpoint(endpoint: str, public_url: str) -> str:
+    """A ZMQ endpoint as a subscriber on another host dials it: a wildcard bind address
+    becomes the host routers reach the worker's HTTP API at."""
+    if not endpoint.startswith("tcp://"):
+        return endpoint
+    host, _, port = endpoint[len("tcp://"):].rpartition(":")
+    if host in WILDCARD_HOSTS:
+        host = urlsplit(public_url).hostname or "127.0.0.1"
+    return f"tcp://{host}:{port}"
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(WorkerConfig)}

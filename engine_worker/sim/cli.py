@@ -6,11 +6,13 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import Sequence
 
 from aiohttp import web
 
+from engine_worker.config import public_endpoint
 from engine_worker.sim.clock import ScaledClock
 from engine_worker.sim.engine import Engine
 from engine_worker.sim.engine_config import EngineConfig
@@ -40,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     a("--prefix-caching-hash-algo", choices=["sha256", "sha256_cbor"], default="sha256_cbor")
     a("--time-scale", type=float, default=1.0, help="real seconds per simulated second")
     a("--kv-events-endpoint", default=None, help="e.g. tcp://*:5557 (off by default)")
+    a("--kv-events-replay-endpoint", default=None,
+      help="ZMQ ROUTER endpoint answering replay requests, e.g. tcp://*:5558 (vLLM's)")
+    a("--kv-events-buffer-steps", type=int, default=10_000, help="batches kept for replay")
     a("--kv-events-topic", default="")
     a("--kv-events-format", choices=["map", "array"], default="map")
     a("--kv-events-int-hashes", action="store_true")
@@ -53,6 +58,18 @@ def build_parser() -> argparse.ArgumentParser:
     a("--drain-timeout", type=float, default=30.0)
     a("--log-level", default="INFO")
     return p
+
+
+def record_extra(args: argparse.Namespace, profile: str, url: str) -> dict[str, str]:
+    """What routers need beyond the record's fields to follow this worker's KV events
+    (the keys prefix-worker writes for real vLLM)."""
+    extra = {"profile": profile, "engine": "prefix-sim",
+             "hash_algo": args.prefix_caching_hash_algo, "kv_events_topic": args.kv_events_topic}
+    if (seed := os.environ.get("PYTHONHASHSEED")) is not None:
+        extra["hash_seed"] = seed  # unset: the engine's hashes are random, nothing matches
+    if args.kv_events_replay_endpoint:
+        extra["kv_events_replay_endpoint"] = public_endpoint(args.kv_events_replay_endpoint, url)
+    return extra
 
 
 async def serve(args: argparse.Namespace) -> None:
@@ -72,7 +89,9 @@ async def serve(args: argparse.Namespace) -> None:
         from engine_worker.sim.kv_events import ZmqKVEventPublisher
 
         publisher = ZmqKVEventPublisher(args.kv_events_endpoint, args.kv_events_topic,
-                                        args.kv_events_format, args.kv_events_int_hashes)
+                                        args.kv_events_format, args.kv_events_int_hashes,
+                                        replay_endpoint=args.kv_events_replay_endpoint,
+                                        buffer_steps=args.kv_events_buffer_steps)
         engine.add_kv_listener(publisher.on_event)
     tokenizer = load_tokenizer(args.tokenizer, profile.model.vocab)
     server = SimServer(engine, tokenizer, Faults(args.fail_rate, args.fail_after, args.stall_ms),
@@ -89,8 +108,9 @@ async def serve(args: argparse.Namespace) -> None:
         record = WorkerRecord(id=args.worker_id or f"sim-{args.port}", url=url,
                               models=(args.model,), block_size=args.block_size,
                               capacity_blocks=engine.num_gpu_blocks,
-                              kv_events_endpoint=args.kv_events_endpoint or "",
-                              extra={"profile": profile.name, "engine": "prefix-sim"})
+                              kv_events_endpoint=public_endpoint(args.kv_events_endpoint or "",
+                                                                 url),
+                              extra=record_extra(args, profile.name, url))
         registration = Registration(args.register_redis, record)
         await registration.start()
     stop = asyncio.Event()

@@ -9,6 +9,12 @@ encoded them array-like (``["BlockStored", block_hashes, parent_block_hash, toke
 block_size, lora_id, medium]``). ``--kv-events-format`` picks one (default: map).
 Block hashes are the raw 32-byte digests, or their low 64 bits as ints when
 ``int_hashes`` is set (vLLM's VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES).
+
+Replay, as vLLM's ZmqEventPublisher serves it (``replay_endpoint``, a ROUTER socket): the
+last ``buffer_steps`` batches are kept; a request ``[identity, b"", start_seq]`` (8-byte
+big-endian) is answered with one ``[identity, b"", seq, payload]`` per buffered batch with
+``seq >= start_seq``, then ``[identity, b"", -1 (8 bytes, signed), b""]``. A subscriber that
+joins late (a router started after this worker cached a prefix) or missed batches asks it.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import threading
 import time
+from collections import deque
 from typing import Any
 
 import msgpack
@@ -61,26 +69,50 @@ def encode_batch(events: list[KVEvent], ts: float, fmt: str = "map",
                          use_bin_type=True)
 
 
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+
+
+def _binds(endpoint: str) -> bool:
+    """vLLM's heuristic: bind a wildcard or local transport, else connect."""
+    return "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+
+
 class ZmqKVEventPublisher:
-    """Buffers the events of one step and publishes them as one batch (non-blocking PUB)."""
+    """Buffers the events of one step and publishes them as one batch (non-blocking PUB);
+    with ``replay_endpoint``, also answers replay requests for the last ``buffer_steps``."""
 
     def __init__(self, endpoint: str, topic: str = "", fmt: str = "map",
-                 int_hashes: bool = False) -> None:
+                 int_hashes: bool = False, replay_endpoint: str | None = None,
+                 buffer_steps: int = 10_000) -> None:
         if fmt not in ("map", "array"):
             raise ValueError("kv events format must be 'map' or 'array'")
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.PUB)
         self._sock.set_hwm(100_000)
-        if "*" in endpoint or endpoint.startswith(("ipc://", "inproc://")):
+        if _binds(endpoint):
             self._sock.bind(endpoint)
         else:
             self._sock.connect(endpoint)
         self.endpoint = endpoint
+        self.replay_endpoint = replay_endpoint
         self._topic = topic.encode()
         self._fmt = fmt
         self._int = int_hashes
         self._seq = itertools.count()
         self._pending: list[KVEvent] = []
+        # (seq, payload) of the last batches; appended on the loop, read by the replay thread
+        self._buffer: deque[tuple[int, bytes]] = deque(maxlen=buffer_steps)
+        self._lock = threading.Lock()
+        self._running = True
+        self._replay_thread: threading.Thread | None = None
+        if replay_endpoint:
+            replay = self._ctx.socket(zmq.ROUTER)
+            replay.setsockopt(zmq.LINGER, 0)
+            replay.bind(replay_endpoint)  # vLLM always binds its replay socket
+            # A thread, as vLLM's publisher thread: replies never wait on the engine's loop.
+            self._replay_thread = threading.Thread(target=self._serve_replay, args=(replay,),
+                                                   name="kv-events-replay", daemon=True)
+            self._replay_thread.start()
 
     def on_event(self, event: KVEvent) -> None:
         """KV cache listener: flushed at the end of the current synchronous step."""
@@ -98,12 +130,37 @@ class ZmqKVEventPublisher:
             return
         events, self._pending = self._pending, []
         payload = encode_batch(events, time.time(), self._fmt, self._int)
-        seq = next(self._seq).to_bytes(8, "big")
+        seq = next(self._seq)
+        with self._lock:
+            self._buffer.append((seq, payload))
         # A slow subscriber makes PUB drop, as vLLM's would at the high-water mark.
         with contextlib.suppress(zmq.Again):
-            self._sock.send_multipart((self._topic, seq, payload), flags=zmq.NOBLOCK)
+            self._sock.send_multipart((self._topic, seq.to_bytes(8, "big"), payload),
+                                      flags=zmq.NOBLOCK)
+
+    def _serve_replay(self, replay: zmq.Socket) -> None:
+        """Answer replay requests until closed (the socket lives in this thread only)."""
+        try:
+            while self._running:
+                if not replay.poll(100):
+                    continue
+                frames = replay.recv_multipart()
+                if len(frames) != 3:  # vLLM logs and ignores a malformed request
+                    continue
+                client, _, start = frames
+                first = int.from_bytes(start, "big")
+                with self._lock:
+                    batches = [(seq, buf) for seq, buf in self._buffer if seq >= first]
+                for seq, buf in batches:
+                    replay.send_multipart((client, b"", seq.to_bytes(8, "big"), buf))
+                replay.send_multipart((client, b"", END_SEQ, b""))
+        finally:
+            replay.close(linger=0)
 
     def close(self) -> None:
         self.flush()
+        self._running = False
+        if self._replay_thread is not None:
+            self._replay_thread.join()
         self._sock.close(linger=0)
         self._ctx.term()

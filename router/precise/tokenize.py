@@ -55,8 +55,8 @@ class PromptTokenizer:
 
     def completion_ids(self, body: Mapping[str, Any]) -> list[int]:
         prompt = body.get("prompt")
-        if isinstance(prompt, list) and prompt:
-            prompt = prompt[0]  # a batch routes on its first prompt
+        if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int):
+            prompt = prompt[0]  # a batch (of strings or of id arrays) routes on its first
         if isinstance(prompt, str):
             return list(self._tok(prompt)["input_ids"])
         if isinstance(prompt, list) and all(isinstance(t, int) for t in prompt):

@@ -16,8 +16,13 @@ sequence number is checked. With the worker's replay endpoint (vLLM's ROUTER soc
 one, or when the replay buffer no longer holds them, the worker's residency is cleared and
 relearned from new events (an underestimate: the router predicts fewer hits, never false
 ones). A sequence number going backwards means vLLM restarted with an empty cache: cleared.
-The subscriber starts expecting sequence 0, so joining a running worker replays its history
-when the buffer still has it. ZMQ reconnects dropped TCP connections itself; after
+On start (and on every resubscribe) a subscriber with a replay endpoint asks for every
+batch from the one it expects next (0 at first), before it waits for live ones: a router
+started after a worker cached a prefix knows that prefix at once, not only after the
+worker's next event (which may never come for an idle worker). The SUB socket is connected
+first, so a batch published during the replay arrives twice; the live copy (same sequence
+number and timestamp) is skipped. A buffer that no longer reaches back that far gives what
+it holds (an underestimate). ZMQ reconnects dropped TCP connections itself; after
 `resubscribe_after_s` of silence the socket is also recreated (the address may now be a new
 pod).
 """
@@ -151,6 +156,7 @@ class KVEventSubscriber:
         self.stats = SubscriberStats()
         self._ctx = context or zmq.asyncio.Context.instance()
         self._expected = 0
+        self._replayed: dict[int, float] = {}  # seq -> ts of the last catch-up's batches
         self.subscribed = asyncio.Event()
 
     async def run(self) -> None:
@@ -163,6 +169,8 @@ class KVEventSubscriber:
             sub.connect(self.endpoint)
             self.subscribed.set()
             try:
+                if self.replay_endpoint:
+                    await self.catch_up()
                 await self._consume(sub)
             finally:
                 sub.close(linger=0)
@@ -184,8 +192,32 @@ class KVEventSubscriber:
                 continue
             await self.handle(batch)
 
+    async def catch_up(self) -> bool:
+        """Apply every batch the replay buffer holds from the expected one on; False if the
+        worker did not answer (live events and gap repair still follow)."""
+        batches = await self._fetch(self._expected)
+        if batches is None:
+            return False
+        if batches and batches[0].seq > self._expected > 0:
+            # what was missed is no longer buffered: the picture restarts from the buffer
+            self.stats.resets += 1
+            await self.sink.cleared(self.worker_id)
+        batches = [b for b in batches if b.seq >= self._expected]
+        for batch in batches:
+            await self._apply(batch)
+        self._replayed = {b.seq: b.ts for b in batches}
+        self.stats.replayed += len(batches)
+        if batches:
+            log.info("kv events from %s: replayed %d batches (through seq %d)",
+                     self.worker_id, len(batches), batches[-1].seq)
+        return True
+
     async def handle(self, batch: EventBatch) -> None:
         """Apply one live batch, first repairing any gap before it."""
+        if self._replayed:
+            if self._replayed.get(batch.seq) == batch.ts:
+                return  # published during the catch-up: its replayed copy is applied
+            self._replayed = {}
         if batch.seq < self._expected:
             # Sequence went back: the publisher restarted, and so did its cache.
             self.stats.resets += 1
@@ -198,32 +230,43 @@ class KVEventSubscriber:
                 await self.sink.cleared(self.worker_id)
         await self._apply(batch)
 
-    async def _replay(self, start: int, stop: int) -> bool:
-        """Fetch and apply batches [start, stop) from the replay socket; False if incomplete."""
+    async def _fetch(self, start: int) -> list[EventBatch] | None:
+        """The buffered batches from ``start`` on, in order (vLLM's replay request: an empty
+        delimiter and the start as 8 bytes big-endian; answers up to the -1 marker); None if
+        there is no replay endpoint or it did not answer in time."""
         if not self.replay_endpoint:
-            return False
+            return None
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(self.replay_endpoint)
-        missed: list[EventBatch] = []
+        batches: list[EventBatch] = []
         try:
             await sock.send_multipart([b"", start.to_bytes(8, "big")])
             while True:
                 if not await sock.poll(int(self.replay_timeout_s * 1000)):
                     log.warning("kv event replay from %s timed out", self.worker_id)
-                    return False
+                    return None
                 frames = await sock.recv_multipart()
                 seq = int.from_bytes(frames[-2], "big", signed=True)
                 if seq == END_SEQ:
                     break
-                if start <= seq < stop:
-                    missed.append(decode_payload(seq, frames[-1]))
-        except (zmq.ZMQError, ValueError, msgpack.UnpackException) as exc:
+                if seq >= start:
+                    batches.append(decode_payload(seq, frames[-1]))
+        except (zmq.ZMQError, ValueError, IndexError, TypeError,
+                msgpack.UnpackException) as exc:
             log.warning("kv event replay from %s failed: %s", self.worker_id, exc)
-            return False
+            return None
         finally:
             sock.close(linger=0)
-        missed.sort(key=lambda b: b.seq)
+        batches.sort(key=lambda b: b.seq)
+        return batches
+
+    async def _replay(self, start: int, stop: int) -> bool:
+        """Fetch and apply batches [start, stop) from the replay socket; False if incomplete."""
+        fetched = await self._fetch(start)
+        if fetched is None:
+            return False
+        missed = [b for b in fetched if b.seq < stop]
         if [b.seq for b in missed] != list(range(start, stop)):
             return False  # the publisher's buffer no longer holds all of them
         for old in missed:

@@ -141,6 +141,58 @@ async def test_replay_buffer_overrun_falls_back_to_clear() -> None:
             assert residency.resident(W) == {5}
 
 
+async def test_joining_late_replays_the_buffer_before_any_live_batch() -> None:
+    """A subscriber started after the worker cached blocks knows them from the replay alone:
+    nothing is published after it joins."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    replay = f"tcp://127.0.0.1:{free_port()}"
+    residency = ExactResidency()
+    async with FakePublisher(endpoint, replay) as pub:
+        await pub.publish([stored([1, 2, 3])])
+        await pub.publish([removed([2]), stored([4])])
+        sub = KVEventSubscriber(W, endpoint, residency, topic="kv", replay_endpoint=replay)
+        async with subscribed(sub):
+            await until(lambda: residency.resident(W) == {1, 3, 4})
+            assert sub.stats.replayed == 2 and sub.stats.resets == 0
+            # the next live batch continues the sequence: no gap, no second replay
+            await pub.publish([stored([5])])
+            await until(lambda: residency.contains(W, 5))
+            assert sub.stats.gaps == 0 and sub.stats.replayed == 2
+
+
+async def test_a_live_copy_of_a_replayed_batch_is_applied_once() -> None:
+    """A batch published while the catch-up runs arrives twice (replayed and queued on SUB):
+    applied twice, a block stored once would need two removals to go."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    replay = f"tcp://127.0.0.1:{free_port()}"
+    residency = ExactResidency()
+    async with FakePublisher(endpoint, replay) as pub:
+        await pub.publish([stored([7])])
+        sub = KVEventSubscriber(W, endpoint, residency, topic="kv", replay_endpoint=replay)
+        assert await sub.catch_up()
+        seq, payload = pub.buffer[0]
+        await sub.handle(decode_message([b"kv", seq.to_bytes(8, "big"), payload]))
+        await sub.handle(decode_message([b"kv", (seq + 1).to_bytes(8, "big"),
+                                         msgpack.packb([time.time(), [removed([7])], 0])]))
+        assert not residency.contains(W, 7)
+        assert sub.stats.resets == 0 and sub.stats.gaps == 0
+
+
+async def test_catch_up_without_an_answer_leaves_live_events_to_do_the_work() -> None:
+    """A replay endpoint nobody serves: the catch-up gives up after its timeout and the
+    subscriber still follows live batches."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    residency = ExactResidency()
+    async with FakePublisher(endpoint) as pub:
+        sub = KVEventSubscriber(W, endpoint, residency, topic="kv",
+                                replay_endpoint=f"tcp://127.0.0.1:{free_port()}",
+                                replay_timeout_s=0.2)
+        async with subscribed(sub):
+            await synced(pub, sub)
+            await pub.publish([stored([3])])
+            await until(lambda: residency.contains(W, 3))
+
+
 async def test_publisher_restart_resets_and_reconnects() -> None:
     port = free_port()
     endpoint = f"tcp://127.0.0.1:{port}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import cbor2
@@ -87,3 +88,51 @@ def test_array_format_matches_legacy_vllm_layout() -> None:
     assert msgpack.unpackb(payload) == [1.5, [["BlockStored", [b"h1"], None, [1, 2], 2, None,
                                               "GPU"], ["BlockRemoved", [b"h1"], "GPU"],
                                              ["AllBlocksCleared"]], 0]
+
+
+def replay_request(endpoint: str, start: int, timeout_ms: int = 5000) -> list[list[bytes]]:
+    """vLLM's replay request from a DEALER: [b"", start as 8 bytes]; frames up to the -1."""
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
+        sock.send_multipart([b"", start.to_bytes(8, "big")])
+        out = []
+        while True:
+            assert sock.poll(timeout_ms), "replay socket did not answer"
+            frames = sock.recv_multipart()
+            out.append(frames)
+            if int.from_bytes(frames[1], "big", signed=True) == -1:
+                return out
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+async def test_replay_socket_answers_as_vllm_does() -> None:
+    """Batches published with nobody listening come back from the ROUTER socket, from the
+    requested sequence number on, then the end marker (-1, empty payload)."""
+    replay = f"tcp://127.0.0.1:{free_port()}"
+    publisher = ZmqKVEventPublisher(f"tcp://*:{free_port()}", topic="kv",
+                                    replay_endpoint=replay, buffer_steps=3)
+    engine = Engine("tiny@l4", EngineConfig(num_gpu_blocks=64, hash_seed="0"), VirtualClock(),
+                    kv_listeners=[publisher.on_event])
+    try:
+        for first in (1, 100, 200, 300):  # four steps storing blocks: four batches
+            await engine.generate(list(range(first, first + 33)), max_tokens=1)
+        await asyncio.sleep(0)  # the last step's batch is flushed by a loop callback
+        everything = replay_request(replay, 0)
+        *batches, end = everything
+        assert end == [b"", (-1).to_bytes(8, "big", signed=True), b""]
+        seqs = [int.from_bytes(f[1], "big") for f in batches]
+        assert len(seqs) == 3 and seqs == list(range(seqs[0], seqs[0] + 3)), \
+            "the buffer keeps the last buffer_steps batches, in order"
+        _, events, _ = msgpack.unpackb(batches[-1][2], raw=False)
+        stored = [e for e in events if e["type"] == "BlockStored"]
+        assert stored and stored[-1]["token_ids"][:3] == [300, 301, 302]
+        later = replay_request(replay, seqs[-1])
+        assert [int.from_bytes(f[1], "big", signed=True) for f in later] == [seqs[-1], -1]
+    finally:
+        await engine.stop()
+        publisher.close()

@@ -124,8 +124,15 @@ async def test_fail_after_cuts_open_streams() -> None:
 
 
 async def test_registers_in_redis_and_deregisters_on_sigterm(redis_server) -> None:
-    url, proc, port = start_sim("--register-redis", redis_server.url)
+    events, replay = free_port(), free_port()
+    url, proc, port = start_sim("--register-redis", redis_server.url,
+                                "--kv-events-endpoint", f"tcp://*:{events}",
+                                "--kv-events-replay-endpoint", f"tcp://*:{replay}",
+                                "--kv-events-topic", "kv-events")
     from redis.asyncio import Redis
+
+    from router.protocol.kv_feed import FeedParams
+    from router.server.precise_ctx import record_feed_params
 
     client = Redis.from_url(redis_server.url)
     try:
@@ -140,6 +147,9 @@ async def test_registers_in_redis_and_deregisters_on_sigterm(redis_server) -> No
         record = records[0]
         assert record.url == url and record.models == ("sim-a",)
         assert record.block_size == 16 and record.capacity_blocks == 26674
+        # what a precise router subscribes with: dialable endpoints, not the wildcards bound
+        assert record_feed_params(record) == FeedParams(
+            f"tcp://127.0.0.1:{events}", f"tcp://127.0.0.1:{replay}", "kv-events", 16, "0")
         stop(proc)
         assert proc.returncode == 0
         # The process deregisters before it exits, so the entry is already gone.
