@@ -145,6 +145,19 @@ class WorkerConfig:
         return self.local_url
 
     @property
+    def api_key(self) -> str | None:
+        """The key vLLM will demand (its ``--api-key`` after ``--``, else ``VLLM_API_KEY``
+        from --env or this process's environment, as vLLM reads it): the registry record
+        names it by fingerprint so routers present the right one."""
+        args = list(self.extra_args)
+        for index, arg in enumerate(args):
+            if arg == "--api-key" and index + 1 < len(args):
+                return args[index + 1]
+            if arg.startswith("--api-key="):
+                return arg.split("=", 1)[1]
+        return self.env.get("VLLM_API_KEY") or os.environ.get("VLLM_API_KEY") or None
+
+    @property
     def public_kv_events_endpoint(self) -> str:
         """The KV events endpoint as a subscriber elsewhere must dial it (no wildcard)."""
         return self._public_endpoint(self.kv_events_endpoint or "")

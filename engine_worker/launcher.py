@@ -30,7 +30,7 @@ from engine_worker import vllm_check
 from engine_worker.command import VllmCommand, build
 from engine_worker.config import WorkerConfig
 from engine_worker.registration import Registration
-from router.protocol import vllm_metrics
+from router.protocol import registry, vllm_metrics
 from router.protocol.registry import WorkerRecord
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,9 @@ class Launcher:
                    "hash_seed": config.python_hash_seed,
                    "kv_events_replay_endpoint": config.public_kv_events_replay_endpoint,
                    "kv_events_topic": config.kv_events_topic,
-                   "lmcache_profile": os.path.basename(config.lmcache_profile or "")},
+                   "lmcache_profile": os.path.basename(config.lmcache_profile or ""),
+                   **({registry.API_KEY_FINGERPRINT: registry.key_fingerprint(config.api_key)}
+                      if config.api_key else {})},
         )
 
     async def _register(self, stats: vllm_metrics.EngineStats) -> None:

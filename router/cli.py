@@ -18,6 +18,7 @@ from router.config import ConfigError, RouterConfig, add_arguments, load_config
 from router.infra.logs import configure as configure_logging
 from router.server.app import build_app
 from router.server.edge import EdgeRunner, edge_options
+from router.server.upstream import load_upstream
 
 log = logging.getLogger("router")
 
@@ -82,6 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         config = load_config(vars(args))
+        load_upstream(config)  # the CA bundle and key files, read once to fail here
     except ConfigError as exc:
         print(f"prefix-router: {exc}", file=sys.stderr)
         return 2

@@ -30,8 +30,10 @@ class ConfigError(ValueError):
 
 
 def _opt(default: Any, help: str, check: Callable[[Any], bool] | None = None,
-         rule: str = "") -> Any:
-    return field(default=default, metadata={"help": help, "check": check, "rule": rule})
+         rule: str = "", secret: bool = False) -> Any:
+    """One setting; a ``secret`` one is left out of the config's repr (and so of logs)."""
+    return field(default=default, repr=not secret,
+                 metadata={"help": help, "check": check, "rule": rule})
 
 
 _POSITIVE = (lambda v: v > 0, "must be > 0")
@@ -124,6 +126,18 @@ class RouterConfig:
     connect_timeout_s: float = _opt(2.0, "upstream connect timeout", *_POSITIVE)
     first_byte_timeout_s: float = _opt(120.0, "upstream time to response headers", *_POSITIVE)
     idle_timeout_s: float = _opt(120.0, "upstream silence allowed between chunks", *_POSITIVE)
+    upstream_ca_file: str = _opt("", "PEM CA bundle that verifies https:// workers (their "
+                                 "health probes and scrapes too), in place of the system "
+                                 "trust store (empty: the system's)")
+    upstream_api_keys_file: str = _opt("", "file of API keys presented to workers (vLLM "
+                                       "--api-key), one a line: 'WORKER KEY' (id or URL), "
+                                       "'* KEY' (every other worker) or 'KEY' (named by "
+                                       "fingerprint in a registry record); a worker with a "
+                                       "key gets 'Authorization: Bearer KEY' in place of the "
+                                       "client's")
+    upstream_api_key: str = _opt("", "API key presented to every worker without its own "
+                                 "(prefer the env var or the keys file: a flag shows in ps)",
+                                 secret=True)
     retry_attempts: int = _opt(3, "workers tried per request before giving up", *_POSITIVE)
     stream_resumes: int = _opt(2, "times a stream broken after its first byte is continued on "
                                "another worker (0: never, it ends with an error event: for "
@@ -172,7 +186,8 @@ class RouterConfig:
                                 *_POSITIVE)
     router_headers: bool = _opt(True, "add X-Prefix-Router-Worker/-Reason/-Predicted-TTFT-Ms "
                                 "to responses")
-    admin_token: str = _opt("", "bearer token for /admin (empty: admin routes are off)")
+    admin_token: str = _opt("", "bearer token for /admin (empty: admin routes are off)",
+                            secret=True)
     client_timeout_s: float = _opt(30.0, "a client must send a request's head, and then its "
                                    "body, within this long (slow clients are cut off); also "
                                    "the idle keep-alive timeout", *_POSITIVE)

@@ -10,8 +10,9 @@ The request's ``X-Test-Mode`` header picks a behaviour (the router forwards it u
   hang           never answers (until the client goes away: counted as cancelled)
   sleep-MS       answers after MS milliseconds (for load tests; concurrency is tracked)
   set-cookie     the JSON answer with a Set-Cookie header
-GET /stats gives counters; POST /health/{200|503} flips /health; POST /health-delay/{MS}
-makes /health answer MS milliseconds late (a busy engine's probe).
+GET /stats gives counters (``probe_auth``: the Authorization the last /health, /v1/models
+and /metrics requests carried); POST /health/{200|503} flips /health; POST
+/health-delay/{MS} makes /health answer MS milliseconds late (a busy engine's probe).
 """
 
 from __future__ import annotations
@@ -93,7 +94,12 @@ async def release(request: web.Request) -> web.Response:
     return web.json_response({"released": True})
 
 
+def _probed(request: web.Request) -> None:
+    request.app[STATS]["probe_auth"][request.path] = request.headers.get("Authorization")
+
+
 async def health(request: web.Request) -> web.Response:
+    _probed(request)
     if delay := request.app[STATS]["health_delay_ms"]:
         await asyncio.sleep(delay / 1000)
     return web.Response(status=request.app[STATS]["health"], text="health")
@@ -109,7 +115,13 @@ async def set_health_delay(request: web.Request) -> web.Response:
     return web.json_response({"health_delay_ms": request.app[STATS]["health_delay_ms"]})
 
 
+async def metrics(request: web.Request) -> web.Response:
+    _probed(request)
+    return web.Response(text="# no engine metrics\n")
+
+
 async def models(request: web.Request) -> web.Response:
+    _probed(request)
     return web.json_response({"object": "list", "data": [{"id": request.app[MODEL],
                                                           "object": "model"}]})
 
@@ -120,13 +132,14 @@ def main() -> None:
     app[NAME] = name
     app[MODEL] = model
     app[STATS] = {"requests": 0, "in_flight": 0, "max_in_flight": 0, "cancelled": 0,
-                  "health": 200, "health_delay_ms": 0}
+                  "health": 200, "health_delay_ms": 0, "probe_auth": {}}
     app[GATE] = asyncio.Event()
     app.router.add_post("/v1/chat/completions", generate)
     app.router.add_post("/v1/completions", generate)
     app.router.add_post("/v1/embeddings", generate)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
+    app.router.add_get("/metrics", metrics)
     app.router.add_post("/health/{status}", set_health)
     app.router.add_post("/health-delay/{ms}", set_health_delay)
     app.router.add_get("/stats", stats)

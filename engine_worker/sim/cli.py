@@ -8,6 +8,7 @@ import contextlib
 import logging
 import os
 import signal
+import ssl
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -19,6 +20,7 @@ from engine_worker.sim.engine_config import EngineConfig
 from engine_worker.sim.profiles import load_profile
 from engine_worker.sim.server import Faults, SimServer
 from engine_worker.sim.tokenizer import load_tokenizer
+from router.protocol.registry import API_KEY_FINGERPRINT, key_fingerprint
 
 log = logging.getLogger("prefix_sim")
 
@@ -55,18 +57,35 @@ def build_parser() -> argparse.ArgumentParser:
     a("--register-redis", default=None, help="redis URL to register this worker in")
     a("--worker-id", default=None, help="default: sim-<port>")
     a("--advertise-url", default=None, help="default: http://host:port")
+    a("--api-key", default=None,
+      help="as vLLM's: every route but /health, /metrics, /version... needs "
+           "'Authorization: Bearer KEY' (default: $VLLM_API_KEY, as vLLM reads it)")
+    a("--ssl-certfile", default=None, help="serve HTTPS with this PEM certificate (vLLM's)")
+    a("--ssl-keyfile", default=None, help="... and this PEM private key")
     a("--drain-timeout", type=float, default=30.0)
     a("--log-level", default="INFO")
     return p
 
 
-def record_extra(args: argparse.Namespace, profile: str, url: str) -> dict[str, str]:
+def server_tls(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
+    """The HTTPS context of ``--ssl-certfile``/``--ssl-keyfile`` (None: plain HTTP)."""
+    if not certfile:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certfile, keyfile)
+    return context
+
+
+def record_extra(args: argparse.Namespace, profile: str, url: str,
+                 api_key: str | None = None) -> dict[str, str]:
     """What routers need beyond the record's fields to follow this worker's KV events
     (the keys prefix-worker writes for real vLLM)."""
     extra = {"profile": profile, "engine": "prefix-sim",
              "hash_algo": args.prefix_caching_hash_algo, "kv_events_topic": args.kv_events_topic}
     if (seed := os.environ.get("PYTHONHASHSEED")) is not None:
         extra["hash_seed"] = seed  # unset: the engine's hashes are random, nothing matches
+    if api_key:  # its fingerprint, never the key: routers hold the keys themselves
+        extra[API_KEY_FINGERPRINT] = key_fingerprint(api_key)
     if args.kv_events_replay_endpoint:
         extra["kv_events_replay_endpoint"] = public_endpoint(args.kv_events_replay_endpoint, url)
     return extra
@@ -94,12 +113,15 @@ async def serve(args: argparse.Namespace) -> None:
                                         buffer_steps=args.kv_events_buffer_steps)
         engine.add_kv_listener(publisher.on_event)
     tokenizer = load_tokenizer(args.tokenizer, profile.model.vocab)
+    api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
     server = SimServer(engine, tokenizer, Faults(args.fail_rate, args.fail_after, args.stall_ms),
-                       args.seed)
+                       args.seed, api_key=api_key)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, args.host, args.port).start()
-    url = args.advertise_url or f"http://{args.host}:{args.port}"
+    tls = server_tls(args.ssl_certfile, args.ssl_keyfile)
+    await web.TCPSite(runner, args.host, args.port, ssl_context=tls).start()
+    scheme = "https" if tls is not None else "http"
+    url = args.advertise_url or f"{scheme}://{args.host}:{args.port}"
     registration = None
     if args.register_redis:
         from engine_worker.registration import Registration
@@ -110,7 +132,7 @@ async def serve(args: argparse.Namespace) -> None:
                               capacity_blocks=engine.num_gpu_blocks,
                               kv_events_endpoint=public_endpoint(args.kv_events_endpoint or "",
                                                                  url),
-                              extra=record_extra(args, profile.name, url))
+                              extra=record_extra(args, profile.name, url, api_key))
         registration = Registration(args.register_redis, record)
         await registration.start()
     stop = asyncio.Event()

@@ -15,6 +15,7 @@ import orjson
 from aiohttp import web
 
 from engine_worker.sim import openai_api as api
+from engine_worker.sim.auth import api_key_middleware
 from engine_worker.sim.engine import Engine
 from engine_worker.sim.http import error_response, json_response, send_json
 from engine_worker.sim.messages_api import MessagesApi
@@ -38,8 +39,10 @@ class SimServer:
     """Owns the request path: parse, fault injection, submit to the engine, stream back."""
 
     def __init__(self, engine: Engine, tokenizer: SimTokenizer | HFTokenizer,
-                 faults: Faults | None = None, seed: int = 0) -> None:
+                 faults: Faults | None = None, seed: int = 0,
+                 api_key: str | None = None) -> None:
         self.engine = engine
+        self.api_key = api_key  # vLLM's --api-key: guards every route but the public ones
         self.tokenizer = tokenizer
         self.faults = faults or Faults()
         self.model = engine.config.model_name
@@ -52,7 +55,8 @@ class SimServer:
         self._idle.set()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        middlewares = [api_key_middleware(self.api_key)] if self.api_key else []
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat_completions)
         app.router.add_get("/v1/models", self.models)

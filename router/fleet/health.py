@@ -27,6 +27,7 @@ class HealthChecker:
         self._interval_s = interval_s
         self._timeout_s = timeout_s
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._tls_failed: set[str] = set()  # workers whose TLS failure was logged
 
     async def run(self) -> None:
         while True:
@@ -45,7 +46,8 @@ class HealthChecker:
     async def check(self, worker: Worker) -> None:
         answered = False
         try:
-            async with self._session.get(worker.url + "/health", timeout=self._timeout) as resp:
+            async with self._session.get(worker.url + "/health", headers=worker.auth_headers(),
+                                         timeout=self._timeout) as resp:
                 healthy, answered = resp.status == 200, True
             if healthy:
                 await self._learn_models(worker)
@@ -57,6 +59,12 @@ class HealthChecker:
                 worker.streaming_within(self._timeout_s, time.monotonic())
             if healthy:
                 log.info("worker %s: /health timed out while it streams; kept up", worker.id)
+            elif isinstance(exc, aiohttp.ClientSSLError) and worker.id not in self._tls_failed:
+                # an https worker whose certificate the router does not trust: say why, once
+                self._tls_failed.add(worker.id)
+                log.warning("worker %s: TLS failed: %s (--upstream-ca-file?)", worker.id, exc)
+        if healthy:
+            self._tls_failed.discard(worker.id)
         if healthy != worker.healthy:
             log.info("worker %s is %s", worker.id, "healthy" if healthy else "unhealthy")
             if healthy:
@@ -65,7 +73,12 @@ class HealthChecker:
         self._metrics.healthy.labels(worker.id).set(1 if healthy else 0)
 
     async def _learn_models(self, worker: Worker) -> None:
-        async with self._session.get(worker.url + "/v1/models", timeout=self._timeout) as resp:
+        async with self._session.get(worker.url + "/v1/models", headers=worker.auth_headers(),
+                                     timeout=self._timeout) as resp:
+            if resp.status in (401, 403):  # vLLM's --api-key guards /v1, not /health
+                log.warning("worker %s refused the router's credentials on /v1/models (%d): "
+                            "give the router its key (--upstream-api-keys-file)", worker.id,
+                            resp.status)
             if resp.status != 200:
                 return
             body = await resp.read()

@@ -234,7 +234,7 @@ class Scraper:
 
     async def _scrape(self, worker: Worker) -> None:
         try:
-            async with self._session.get(worker.url + "/metrics",
+            async with self._session.get(worker.url + "/metrics", headers=worker.auth_headers(),
                                          timeout=self._timeout) as resp:
                 if resp.status != 200:
                     return

@@ -49,6 +49,14 @@ class Worker:
     cost: WorkerCost = field(default_factory=WorkerCost)  # prefill queued, decodes, rate
     kv_events: FeedParams | None = None  # the KV-event feed it publishes (precise mode)
     heard_s: float = 0.0  # time.monotonic() of the last byte it sent on any request
+    # the key presented to it in place of the client's Authorization (router/fleet/
+    # upstream_keys.py); kept out of repr so it never reaches a log line
+    api_key: str | None = field(default=None, repr=False)
+    key_fingerprint: str = ""  # the key its registry record says its engine demands
+
+    def auth_headers(self) -> dict[str, str]:
+        """What the router's own requests to it (health, models, metrics, LoRA) carry."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def streaming_within(self, seconds: float, now: float) -> bool:
         """Bytes arrived on its requests in the last ``seconds`` (a probe's own wait): it is
@@ -84,6 +92,7 @@ class Worker:
             "pending_prefill_tokens": round(self.cost.queued_tokens()),
             "decoding": round(self.cost.decode_load(), 2),
             "prefill_tokens_per_s": round(self.cost.prefill.rate),
+            "upstream_key": self.api_key is not None,  # whether, never which
         }
 
 

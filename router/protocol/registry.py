@@ -9,6 +9,7 @@ every registry key lives in one slot, so a registration stays one MULTI on a clu
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +17,14 @@ import orjson
 from redis.asyncio import Redis
 
 DEFAULT_KEY_PREFIX = "prefix-router:"
+# key of ``WorkerRecord.extra``: the fingerprint of the API key the worker's engine demands
+# (vLLM's --api-key), never the key itself: whoever can read Redis must not learn it
+API_KEY_FINGERPRINT = "api_key_sha256"
+
+
+def key_fingerprint(api_key: str) -> str:
+    """How a worker names its API key to routers holding it: sha256, first 16 hex."""
+    return hashlib.sha256(api_key.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from router.server.precise_ctx import precise_ctx
 from router.server.request_id import request_ids, stamp_request_id
 from router.server.response_owners import RESPONSE_OWNERS, ResponseOwners, response_owners_ctx
 from router.server.state import ROUTER, RouterState
+from router.server.upstream import load_upstream
 
 
 def build_app(config: RouterConfig) -> web.Application:
@@ -50,6 +51,7 @@ def build_app(config: RouterConfig) -> web.Application:
                                    timeout_ms=config.redis_timeout_ms,
                                    default_capacity=config.residency_capacity)
     pool = WorkerPool()
+    upstream = load_upstream(config)  # read now: a bad file fails the start, not a request
     state = RouterState(
         config=config,
         pool=pool,
@@ -61,6 +63,8 @@ def build_app(config: RouterConfig) -> web.Application:
         residency=residency,
         metrics=metrics,
         redis=redis,
+        upstream_keys=upstream.keys,
+        upstream_ssl=upstream.ssl,
     )
     for worker_id, url in config.workers:
         state.pool.add(state.new_worker(worker_id, url, "static"))

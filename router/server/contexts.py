@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 
 async def http_session_ctx(app: web.Application) -> AsyncIterator[None]:
     state = app[ROUTER]
-    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True)
+    # one trust for every request to a worker: proxied, probes, scrapes (server/upstream.py)
+    connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, enable_cleanup_closed=True,
+                                     ssl=state.upstream_ssl or True)
     # no cookie jar: a worker's Set-Cookie must reach its client, not be replayed on every
     # later client's requests to that worker (and filtering a jar costs on every request)
     state.session = aiohttp.ClientSession(connector=connector, auto_decompress=False,

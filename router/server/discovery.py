@@ -48,6 +48,10 @@ async def read_registry(redis: Redis, prefix: str) -> list[tuple[WorkerRecord, f
             for raw, (_, expiry) in zip(raws, entries, strict=True) if raw]
 
 
+def _fingerprint(record: WorkerRecord) -> str:
+    return str(record.extra.get(registry.API_KEY_FINGERPRINT) or "")
+
+
 class Discovery:
     """Keeps the registry-sourced part of one router's pool in step with Redis."""
 
@@ -90,7 +94,8 @@ class Discovery:
         if existing is None or existing.url != url or existing.kv_events != feed:
             # new, or a restarted engine (new address or feed): pool.add replaces the old
             # one through the pool's hooks, so its cold cache starts from nothing
-            worker = state.new_worker(record.id, url, "registry", frozenset(record.models))
+            worker = state.new_worker(record.id, url, "registry", frozenset(record.models),
+                                      _fingerprint(record))
             worker.draining = record.draining
             worker.kv_events = feed
             self._apply_capacity(worker, record)
@@ -102,6 +107,11 @@ class Discovery:
             return
         if record.models:
             existing.models = frozenset(record.models)
+        if (fingerprint := _fingerprint(record)) != existing.key_fingerprint:
+            # the engine restarted with another key at the same address: present that one
+            existing.key_fingerprint = fingerprint
+            existing.api_key = state.upstream_keys.for_worker(existing.id, existing.url,
+                                                              fingerprint)
         if self._draining.get(record.id) != record.draining:
             existing.draining = record.draining
             self._draining[record.id] = record.draining

@@ -47,6 +47,7 @@ class LoraLoader:
         try:
             async with session.post(worker.url + "/v1/load_lora_adapter",
                                     json={"lora_name": name, "lora_path": path},
+                                    headers=worker.auth_headers(),
                                     timeout=self._timeout) as resp:
                 if resp.status != 200:
                     log.warning("worker %s refused to load LoRA %s: %s %s", worker.id, name,

@@ -249,6 +249,9 @@ class Proxy:
     async def _first_byte(self, leg: Leg, path: str, body: bytes, headers: CIMultiDict[str],
                           stream: bool, method: str) -> aiohttp.ClientResponse:
         worker = leg.tried.worker
+        if worker.api_key is not None:  # its own key replaces the client's (never logged)
+            headers = headers.copy()
+            headers["Authorization"] = f"Bearer {worker.api_key}"
         leg.upstream = upstream = await self._session.request(
             method, self._url(worker.url, path), data=body, headers=headers, timeout=self._timeout)
         if upstream.status >= 500:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ from router.config import RouterConfig
 from router.fleet.breaker import CircuitBreaker
 from router.fleet.health import HealthChecker
 from router.fleet.prefill_model import PrefillModel
+from router.fleet.upstream_keys import UpstreamKeys
 from router.fleet.worker_cost import WorkerCost
 from router.fleet.workers import Worker, WorkerPool
 from router.infra.metrics import RouterMetrics
@@ -42,6 +44,8 @@ class RouterState:
     admission: Admission | None = None  # set by admission_ctx when --admission is on
     prefill: PrefillModel = field(default_factory=PrefillModel)  # the fleet's line
     replica_id: str = field(default_factory=lambda: uuid.uuid4().hex)  # this router replica
+    upstream_keys: UpstreamKeys = field(default_factory=UpstreamKeys)  # keys for workers
+    upstream_ssl: ssl.SSLContext | None = None  # trust for https:// workers (None: system's)
 
     def __post_init__(self) -> None:
         self.prefill = PrefillModel(seed_rate=self.config.prefill_rate)
@@ -66,11 +70,15 @@ class RouterState:
                 self.residency.set_capacity(worker.id, blocks)
 
     def new_worker(self, worker_id: str, url: str, source: str,
-                   models: frozenset[str] = frozenset()) -> Worker:
+                   models: frozenset[str] = frozenset(), key_fingerprint: str = "") -> Worker:
+        """Every path that adds a worker builds it here, so each gets its breaker, its
+        share of the prefill model and its upstream key the same way."""
         cfg = self.config
         return Worker(id=worker_id, url=url, models=models, source=source,
                       breaker=CircuitBreaker(cfg.breaker_threshold, cfg.breaker_cooldown_s),
-                      cost=WorkerCost(prefill=self.prefill.child()))
+                      cost=WorkerCost(prefill=self.prefill.child()),
+                      api_key=self.upstream_keys.for_worker(worker_id, url, key_fingerprint),
+                      key_fingerprint=key_fingerprint)
 
 
 ROUTER = web.AppKey("router", RouterState)

@@ -298,3 +298,42 @@ def test_without_redis_the_router_lists_in_chart_workers():
 def test_chunk_size_must_align_with_block_size():
     with pytest.raises(helm.HelmError, match="multiple of blockSize"):
         c.render({"workerDefaults": {"lmcache": {"config": {"chunk_size": 200}}}})
+
+
+UPSTREAM = {"caSecret": "worker-ca", "caKey": "ca.pem", "apiKeysSecret": "worker-keys"}
+
+
+def _upstream_wired(pod_owner, container):
+    """The CA bundle and the keys file reach the router as files from their Secrets."""
+    e = c.env(container)
+    assert e["PREFIX_ROUTER_UPSTREAM_CA_FILE"] == "/etc/prefix-router/upstream-ca/ca.pem"
+    assert e["PREFIX_ROUTER_UPSTREAM_API_KEYS_FILE"] == \
+        "/etc/prefix-router/upstream-keys/upstream-keys"
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["upstream-ca"]["mountPath"] == "/etc/prefix-router/upstream-ca"
+    assert mounts["upstream-keys"]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod_owner["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["upstream-ca"]["secret"]["secretName"] == "worker-ca"
+    assert volumes["upstream-ca"]["secret"]["items"] == [{"key": "ca.pem", "path": "ca.pem"}]
+    assert volumes["upstream-keys"]["secret"]["secretName"] == "worker-keys"
+    c.validate(pod_owner)
+
+
+def test_upstream_ca_and_keys_come_from_secrets_in_every_router_container():
+    objs = c.objects({"router": {"upstream": UPSTREAM}})
+    _upstream_wired(*_router(objs))
+    sidecar = c.example_values("sidecar.yaml")
+    sidecar.setdefault("router", {})["upstream"] = UPSTREAM
+    app = c.one(c.objects(sidecar), "Deployment", f"{FULL}-rag-api")
+    _upstream_wired(app, c.containers(app)[0])
+    epp = c.example_values("epp.yaml")
+    epp.setdefault("router", {})["upstream"] = UPSTREAM
+    picker = c.one(c.objects(epp), "Deployment", f"{FULL}-epp")
+    _upstream_wired(picker, next(x for x in c.containers(picker) if x["name"] == "epp"))
+
+
+def test_without_upstream_secrets_nothing_is_mounted():
+    _, router = _router(c.objects())
+    assert not {"PREFIX_ROUTER_UPSTREAM_CA_FILE", "PREFIX_ROUTER_UPSTREAM_API_KEYS_FILE"} \
+        & set(c.env(router))
+    assert [m["name"] for m in router["volumeMounts"]] == ["tmp"]

@@ -131,6 +131,24 @@ def test_advertised_endpoints() -> None:
     assert cfg.models == ("m",)
 
 
+def test_record_names_vllms_api_key_by_fingerprint_only(monkeypatch) -> None:
+    """vLLM's --api-key (after --) or VLLM_API_KEY: the registry gets its fingerprint, for
+    routers to pick the key from their own file; never the key."""
+    from engine_worker.launcher import Launcher
+    from router.protocol import registry
+
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    stats = vllm_metrics.EngineStats(None, None, 0, 0)
+    for cfg in (WorkerConfig(model="m", extra_args=("--api-key", "sk-1")),
+                WorkerConfig(model="m", extra_args=("--api-key=sk-1",)),
+                WorkerConfig(model="m", env={"VLLM_API_KEY": "sk-1"})):
+        record = Launcher(cfg, check_vllm=False).record(stats)
+        assert record.extra[registry.API_KEY_FINGERPRINT] == registry.key_fingerprint("sk-1")
+        assert "sk-1" not in str(record.to_hash())
+    plain = Launcher(WorkerConfig(model="m"), check_vllm=False).record(stats)
+    assert registry.API_KEY_FINGERPRINT not in plain.extra
+
+
 def test_metrics_parse_sums_engines() -> None:
     text = (
         "# TYPE vllm:cache_config_info gauge\n"

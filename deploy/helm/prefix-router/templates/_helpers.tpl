@@ -145,8 +145,51 @@ Call with (dict "root" $ "host" "0.0.0.0").
       key: {{ $v.router.adminToken.secretKey }}
 - name: PYTHONHASHSEED
   value: {{ $v.pythonHashSeed | quote }}
+{{- with include "prefix-router.upstreamEnv" .root }}
+{{ . }}
+{{- end }}
 {{- with $v.router.extraEnv }}
 {{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Upstream TLS and credentials: env, mounts and volumes of every router container. */}}
+{{- define "prefix-router.upstreamEnv" -}}
+{{- $u := .Values.router.upstream -}}
+{{- if $u.caSecret }}
+- name: PREFIX_ROUTER_UPSTREAM_CA_FILE
+  value: {{ printf "/etc/prefix-router/upstream-ca/%s" $u.caKey | quote }}
+{{- end }}
+{{- if $u.apiKeysSecret }}
+- name: PREFIX_ROUTER_UPSTREAM_API_KEYS_FILE
+  value: {{ printf "/etc/prefix-router/upstream-keys/%s" $u.apiKeysKey | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "prefix-router.upstreamMounts" -}}
+{{- $u := .Values.router.upstream -}}
+{{- if $u.caSecret }}
+- {name: upstream-ca, mountPath: /etc/prefix-router/upstream-ca, readOnly: true}
+{{- end }}
+{{- if $u.apiKeysSecret }}
+- {name: upstream-keys, mountPath: /etc/prefix-router/upstream-keys, readOnly: true}
+{{- end }}
+{{- end -}}
+
+{{- define "prefix-router.upstreamVolumes" -}}
+{{- $u := .Values.router.upstream -}}
+{{- if $u.caSecret }}
+- name: upstream-ca
+  secret:
+    secretName: {{ $u.caSecret }}
+    items: [{key: {{ $u.caKey }}, path: {{ $u.caKey }}}]
+{{- end }}
+{{- if $u.apiKeysSecret }}
+- name: upstream-keys
+  secret:
+    secretName: {{ $u.apiKeysSecret }}
+    defaultMode: 0400
+    items: [{key: {{ $u.apiKeysKey }}, path: {{ $u.apiKeysKey }}}]
 {{- end }}
 {{- end -}}
 
@@ -237,4 +280,7 @@ securityContext:
   {{- include "prefix-router.restrictedSecurityContext" . | nindent 2 }}
 volumeMounts:
   - {name: router-tmp, mountPath: /tmp}
+  {{- with include "prefix-router.upstreamMounts" . }}
+  {{- . | nindent 2 }}
+  {{- end }}
 {{- end -}}
