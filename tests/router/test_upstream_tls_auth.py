@@ -248,6 +248,37 @@ async def test_a_registry_worker_names_its_key_by_fingerprint(
         stop(sim.proc)
 
 
+async def test_a_registry_worker_that_rotates_its_key_gets_the_new_one(
+        tmp_path: Path, redis_server, closing: list[TestClient]) -> None:
+    """Same id, same address, a new key: the record's new fingerprint makes the router
+    present the new key to the worker it already has (it does not leave the pool)."""
+    from router.server.discovery import Discovery
+
+    new_key = "sk-rotated-5d1b"
+    keys = tmp_path / "keys"
+    keys.write_text(f"{KEY}\n{new_key}\n")
+    client = await router(RouterConfig(
+        redis_url=redis_server.url, discover=True, registry_poll_s=3600,
+        upstream_api_keys_file=str(keys), health_interval_s=3600))
+    closing.append(client)
+    state = client.server.app[ROUTER]
+    assert state.redis is not None
+    discovery = Discovery(state, state.redis)
+
+    async def register(key: str) -> None:
+        await registry.publish(state.redis, registry.WorkerRecord(
+            id="rot", url="https://127.0.0.1:9", models=(MODEL,),
+            extra={registry.API_KEY_FINGERPRINT: key_fingerprint(key)}), ttl_s=60)
+        await discovery.poll()
+
+    await register(KEY)
+    worker = state.pool.get("rot")
+    assert worker is not None and worker.api_key == KEY
+    await register(new_key)
+    assert state.pool.get("rot") is worker and worker.api_key == new_key
+    assert worker.auth_headers() == {"Authorization": f"Bearer {new_key}"}
+
+
 def test_key_file_precedence_and_errors(tmp_path: Path) -> None:
     keys = UpstreamKeys.build(["# comment", "", "w0 k-w0", "http://h:1/ k-url", "* k-default",
                                "k-bare"])
