@@ -114,8 +114,11 @@ async def serve(args: argparse.Namespace) -> None:
         engine.add_kv_listener(publisher.on_event)
     tokenizer = load_tokenizer(args.tokenizer, profile.model.vocab)
     api_key = args.api_key or os.environ.get("VLLM_API_KEY") or None
+    sources = [{"data_parallel_rank": 0, "endpoint": args.kv_events_endpoint,
+                "replay_endpoint": args.kv_events_replay_endpoint,
+                "topic": args.kv_events_topic}] if args.kv_events_endpoint else []
     server = SimServer(engine, tokenizer, Faults(args.fail_rate, args.fail_after, args.stall_ms),
-                       args.seed, api_key=api_key)
+                       args.seed, api_key=api_key, kv_event_sources=sources)
     runner = web.AppRunner(server.app(), access_log=None)
     await runner.setup()
     tls = server_tls(args.ssl_certfile, args.ssl_keyfile)

@@ -40,9 +40,11 @@ class SimServer:
 
     def __init__(self, engine: Engine, tokenizer: SimTokenizer | HFTokenizer,
                  faults: Faults | None = None, seed: int = 0,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None,
+                 kv_event_sources: list[dict[str, Any]] | None = None) -> None:
         self.engine = engine
         self.api_key = api_key  # vLLM's --api-key: guards every route but the public ones
+        self.kv_event_sources = kv_event_sources or []  # what GET /kv_event_sources lists
         self.tokenizer = tokenizer
         self.faults = faults or Faults()
         self.model = engine.config.model_name
@@ -64,6 +66,7 @@ class SimServer:
         app.router.add_get("/metrics", self.metrics)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_get("/version", self.version)
+        app.router.add_get("/kv_event_sources", self.event_sources)
         app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.router.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
         ResponsesApi(self).add_routes(app)
@@ -77,6 +80,11 @@ class SimServer:
 
     async def version(self, _: web.Request) -> web.Response:
         return json_response({"version": "prefix-sim"})
+
+    async def event_sources(self, _: web.Request) -> web.Response:
+        """vLLM's KV-event discovery: one entry per data-parallel rank (one here), a JSON
+        array of {data_parallel_rank, endpoint, replay_endpoint, topic}; [] without events."""
+        return json_response(self.kv_event_sources)
 
     async def reset_prefix_cache(self, _: web.Request) -> web.Response:
         """vLLM's dev-mode endpoint: drop every cached block (an eviction, on demand)."""

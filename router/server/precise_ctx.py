@@ -2,7 +2,8 @@
 
 Feeds follow the pool through its hooks (router/server/pool_hooks.py): a worker added with
 ``kv_events`` is subscribed, a removed one is unsubscribed; static workers' feeds
-(``--kv-events``) are subscribed here at start-up, as precise mode starts after the pool.
+(``--kv-events``) are subscribed here at start-up, as precise mode starts after the pool;
+other static and admin-added workers are asked for theirs (server/kv_sources.py).
 
 Kept out of router/precise/ so that package stays free of aiohttp app concerns, and out of
 app.py so the router imports ZMQ and transformers only when ``--tokenizers`` is set.
@@ -68,10 +69,18 @@ async def precise_ctx(app: web.Application) -> AsyncIterator[None]:
         if (worker := state.pool.get(worker_id)) is not None:
             worker.kv_events = params
         feeds.ensure(worker_id, params)
+    supervisor = app[SUPERVISOR]
+    if state.session is not None:  # the others name their feeds: GET /kv_event_sources
+        from router.server.kv_sources import KVSourceDiscovery
+
+        sources = KVSourceDiscovery(state, state.session, feeds)
+        await sources.poll()  # static workers healthy at start are followed before serving
+        supervisor.start("kv-sources", sources.run)
     collector = PreciseCollector(feeds)
     state.metrics.registry.register(collector)
     yield
     state.metrics.registry.unregister(collector)
+    await supervisor.stop("kv-sources")
     await feeds.close()
     state.pipeline.use_precise(None)
     state.precise = None

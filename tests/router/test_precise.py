@@ -316,3 +316,25 @@ async def test_discovery_removal_goes_through_the_same_hooks(
             await assert_forgotten(client.server.app, "r1", key, pub)
     finally:
         await redis.aclose()
+
+
+def test_kv_event_sources_as_vllm_lists_them() -> None:
+    """vLLM's GET /kv_event_sources: a bare array or {"sources": [...]}; bind addresses
+    become the worker's host; no source: no feed; several data-parallel ranks: refused."""
+    from router.protocol.kv_feed import FeedParams, SourcesError, feed_from_sources
+
+    source = {"data_parallel_rank": 0, "endpoint": "tcp://0.0.0.0:41001",
+              "replay_endpoint": "tcp://*:41003", "topic": "kv-events"}
+    want = FeedParams("tcp://10.0.0.7:41001", "tcp://10.0.0.7:41003", "kv-events", 16, "0")
+    assert feed_from_sources([source], "https://10.0.0.7:8000", 16, "0") == want
+    assert feed_from_sources({"sources": [source]}, "http://10.0.0.7:8000", 16, "0") == want
+    v6 = feed_from_sources([{**source, "replay_endpoint": None}], "http://[fd00::7]:8000",
+                           32, "1")
+    assert v6 == FeedParams("tcp://[fd00::7]:41001", None, "kv-events", 32, "1")
+    named = feed_from_sources([{**source, "endpoint": "tcp://w3:5557"}], "http://x:1", 16, "0")
+    assert named is not None and named.endpoint == "tcp://w3:5557"
+    assert feed_from_sources([], "http://x:1", 16, "0") is None
+    for bad in ([source, {**source, "data_parallel_rank": 1}], {"sources": "x"},
+                [{"endpoint": ""}]):
+        with pytest.raises(SourcesError):
+            feed_from_sources(bad, "http://x:1", 16, "0")
