@@ -1,4 +1,4 @@
-"""Command line: ``python -m bench {run,compare,aiperf,overhead,scale,engine,soak}``."""
+"""Command line: ``python -m bench {run,compare,offline,aiperf,overhead,scale,engine,soak}``."""
 
 from __future__ import annotations
 
@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "of the whole context, +hdr1 of the first document")
     c.add_argument("--out-dir", type=Path, default=RESULTS)
     c.add_argument("--name", default=None, help="file stem (default: the workload)")
+    off = sub.add_parser("offline", help="every policy on simulated time, in process: "
+                         "deterministic, seconds (bench/offline.py)")
+    _workload_args(off)
+    _fleet_args(off)
+    off.add_argument("--policies", default="predicted_ttft,llmd_weighted,consistent_hash,"
+                     "least_loaded,round_robin,prefix_aware")
     rp = sub.add_parser("replot", help="table and plots again from a comparison's JSON files")
     rp.add_argument("--name", required=True, help="file stem, e.g. rag")
     rp.add_argument("--out-dir", type=Path, default=RESULTS)
@@ -172,6 +178,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     elif args.cmd == "compare":
         from bench.compare import compare
         compare(args)
+    elif args.cmd == "offline":
+        from bench.offline import compare as offline_compare
+        offline_compare(args)
     elif args.cmd == "replot":
         from bench.compare import replot
         replot(args.out_dir, args.name)

@@ -6,10 +6,19 @@ requests that have not produced a first byte (the prefill queue a new request wa
 behind) and the number past it (decodes that share every engine step). Other router
 replicas publish theirs through Redis; the engine's own gauges correct both for traffic
 no router saw.
+
+The engine's progress on that queue is not visible between answers, and counting every
+pending request's whole work over-counts what is ahead: a 12 k-token prompt half computed
+still counted 12 k, so the learned rate came out 1.3-1.9x the engine's (offline replay,
+bench/offline.py) and every TTFT was predicted short. So this replica's queue drains at
+the worker's learned rate from the moment it last knew the engine's position: a dispatch
+to an empty queue, or a first byte (the engine runs its queue in order, so everything
+ahead of that request is done).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from router.fleet.prefill_model import PrefillModel
@@ -19,6 +28,7 @@ from router.fleet.prefill_model import PrefillModel
 class WorkerCost:
     pending_tokens: float = 0.0  # this replica's requests before their first byte
     pending: int = 0
+    draining_since: float = 0.0  # when the engine last started on what pending_tokens holds
     decoding: int = 0  # this replica's requests past their first byte
     shared_pending_tokens: float = 0.0  # other replicas' (Redis), fresh or zero
     shared_decoding: float = 0.0
@@ -27,8 +37,32 @@ class WorkerCost:
     kv_usage: float = 0.0  # vllm:kv_cache_usage_perc, 0..1
     prefill: PrefillModel = field(default_factory=PrefillModel)
 
-    def queued_tokens(self) -> float:
-        return self.pending_tokens + self.shared_pending_tokens + self.engine_excess_tokens
+    def queued_tokens(self, now: float | None = None) -> float:
+        return self.own_queue(now) + self.shared_pending_tokens + self.engine_excess_tokens
+
+    def own_queue(self, now: float | None = None) -> float:
+        """This replica's pending work the engine has not computed yet, by now."""
+        if self.pending_tokens <= 0.0:
+            return 0.0
+        elapsed = (time.monotonic() if now is None else now) - self.draining_since
+        return max(0.0, self.pending_tokens - max(0.0, elapsed) * self.prefill.rate)
+
+    def dispatched(self, work: float, now: float) -> None:
+        if self.pending == 0:
+            self.draining_since = now  # an empty queue: the engine starts on this one now
+        self.pending_tokens += work
+        self.pending += 1
+
+    def prefilled(self, work: float, now: float) -> None:
+        """A first byte: this request's prefill is done, and so is all work ahead of it."""
+        self.pending_tokens = max(0.0, self.pending_tokens - work)
+        self.pending -= 1
+        self.draining_since = now
+
+    def abandoned(self, work: float) -> None:
+        """Gone before its first byte (a failure, a client that left)."""
+        self.pending_tokens = max(0.0, self.pending_tokens - work)
+        self.pending -= 1
 
     def decode_load(self) -> float:
         return self.decoding + self.shared_decoding + self.engine_excess_decoding

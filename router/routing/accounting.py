@@ -1,6 +1,7 @@
 """One try of a request on one worker, as the worker's cost sees it.
 
-Dispatch adds the request's predicted uncached tokens to the worker's pending prefill;
+Dispatch adds the request's predicted prefill work (its uncached tokens, attention
+included) to the worker's pending prefill;
 its first byte moves it to decoding (the engine has computed the prompt, so the prompt is
 recorded as resident there, on the worker that actually served it); its end removes it.
 The proxy drives an Attempt through these calls; ``end`` runs in its ``finally`` so a
@@ -23,7 +24,7 @@ class Attempt:
                  "observer", "request", "stamp", "started", "stream", "usage", "worker")
 
     def __init__(self, request: RoutingRequest, candidate: Candidate, stream: bool,
-                 on_first_byte: Callable[[Attempt], None]) -> None:
+                 on_first_byte: Callable[[Attempt], None], now: float | None = None) -> None:
         self.request = request
         self.candidate = candidate
         self.worker: Worker = candidate.worker
@@ -34,19 +35,19 @@ class Attempt:
         self.ended = False
         self.stamp: int | None = None  # residency stamp of the oldest predicted-warm block
         self.observer: Callable[[Attempt, bytes], None] | None = None  # sees what saw sees
+        self.started = now = time.monotonic() if now is None else now
         cost = self.worker.cost
-        self.ahead_tokens = cost.queued_tokens()
-        cost.pending_tokens += candidate.uncached_tokens
-        cost.pending += 1
-        self.started = time.perf_counter()
+        self.ahead_tokens = cost.queued_tokens(now)
+        cost.dispatched(candidate.prefill_work, now)
 
-    def first_byte(self) -> None:
+    def first_byte(self, now: float | None = None) -> None:
+        """``now``: on the clock the attempt started on (the offline bench's simulated one)."""
         if self.first_byte_s is not None:
             return
-        self.first_byte_s = time.perf_counter() - self.started
+        now = time.monotonic() if now is None else now
+        self.first_byte_s = now - self.started
         cost = self.worker.cost
-        cost.pending_tokens = max(0.0, cost.pending_tokens - self.candidate.uncached_tokens)
-        cost.pending -= 1
+        cost.prefilled(self.candidate.prefill_work, now)
         cost.decoding += 1
         self._on_first_byte(self)
 
@@ -66,7 +67,6 @@ class Attempt:
         self.ended = True
         cost = self.worker.cost
         if self.first_byte_s is None:
-            cost.pending_tokens = max(0.0, cost.pending_tokens - self.candidate.uncached_tokens)
-            cost.pending -= 1
+            cost.abandoned(self.candidate.prefill_work)
         else:
             cost.decoding -= 1

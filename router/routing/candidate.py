@@ -14,7 +14,9 @@ class Candidate:
     offloaded_blocks: int = 0  # the next ones, held in an offload tier (precise mode)
     cached_tokens: float = 0.0  # predicted prompt tokens the engine will reuse (offloaded
     # ones weighted by what loading them saves)
-    uncached_tokens: float = 0.0  # what this request adds to the worker's prefill queue
+    uncached_tokens: float = 0.0  # prompt tokens the worker must compute
+    prefill_work: float = 0.0  # what that adds to its prefill queue, attention included
+    # (router/fleet/prefill_model.py: token-equivalents)
     queued_tokens: float = 0.0  # prefill work ahead of it (every router's and the engine's)
     decode_load: float = 0.0  # requests past their first byte, sharing every engine step
     kv_usage: float = 0.0  # the engine's KV-cache usage, 0..1

@@ -11,6 +11,7 @@ byte includes its decode) and the prompt's bytes per token.
 
 from __future__ import annotations
 
+from router.fleet.prefill_model import ATTENTION_TOKENS, prefill_work
 from router.infra.metrics import RouterMetrics
 from router.residency.base import ResidencyStore
 from router.routing.accounting import Attempt
@@ -34,8 +35,9 @@ class TokenRatio:
 
 class CacheFeedback:
     def __init__(self, residency: ResidencyStore, metrics: RouterMetrics,
-                 ratio: TokenRatio) -> None:
+                 ratio: TokenRatio, attention_tokens: float = ATTENTION_TOKENS) -> None:
         self._residency = residency
+        self._attention_tokens = attention_tokens
         self._metrics = metrics
         self._ratio = ratio
 
@@ -52,7 +54,8 @@ class CacheFeedback:
         m.cached_actual.inc(actual)
         m.cache_prediction_error.observe(abs(predicted - actual) / max(1, usage.prompt_tokens))
         if attempt.stream and attempt.first_byte_s is not None:
-            computed = attempt.ahead_tokens + max(0, usage.prompt_tokens - actual)
+            computed = attempt.ahead_tokens + prefill_work(
+                max(0, usage.prompt_tokens - actual), actual, self._attention_tokens)
             worker.cost.prefill.observe(computed, attempt.first_byte_s)
         if request.exact:
             return  # exact residency follows the engine's own KV events

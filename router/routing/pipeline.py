@@ -8,9 +8,11 @@ that order and does ``forward`` itself, with an Attempt per try from ``attempt``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
+from router.fleet.prefill_model import ATTENTION_TOKENS
 from router.fleet.workers import WorkerPool
 from router.infra.metrics import RouterMetrics
 from router.residency.base import ResidencyStore
@@ -39,7 +41,9 @@ class Pipeline:
     def __init__(self, pool: WorkerPool, policy: Policy, residency: ResidencyStore,
                  metrics: RouterMetrics, *, block_chars: int, max_blocks: int,
                  key_blocks: int, precise: PreciseKeyer | None = None,
-                 decode_penalty_s: float = 0.001, offload_weight: float = 0.9) -> None:
+                 decode_penalty_s: float = 0.001, offload_weight: float = 0.9,
+                 attention_tokens: float = ATTENTION_TOKENS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.pool = pool
         self.policy = policy
         self.residency = residency
@@ -52,10 +56,11 @@ class Pipeline:
         # an engine's queue that no router accounts for (router/fleet/engine_cost.py)
         self._decode_penalty_s = decode_penalty_s
         self._offload_weight = offload_weight
+        self._attention_tokens = attention_tokens
+        self.clock = clock
         self.precise: PreciseKeyer | None = None
-        self.signals = build_signals(policy.needs, SignalContext(residency))
         self.use_precise(precise)
-        self.feedback = CacheFeedback(residency, metrics, self.ratio)
+        self.feedback = CacheFeedback(residency, metrics, self.ratio, attention_tokens)
         self.on_first_byte: list[Callable[[Attempt], None]] = []  # a prefill ended (admission)
 
     def use_precise(self, precise: PreciseKeyer | None) -> None:
@@ -63,7 +68,8 @@ class Pipeline:
         self.precise = precise if "residency" in self.policy.needs else None
         self.signals = build_signals(self.policy.needs, SignalContext(
             self.residency, exact=self.precise, decode_penalty_s=self._decode_penalty_s,
-            offload_weight=self._offload_weight))
+            offload_weight=self._offload_weight, attention_tokens=self._attention_tokens,
+            clock=self.clock))
 
     # -- candidates ---------------------------------------------------------------
     def candidates(self, model: str | None) -> list[Candidate]:
@@ -127,7 +133,7 @@ class Pipeline:
     # -- forward (the edge) and complete ---------------------------------------------
     def attempt(self, request: RoutingRequest, candidate: Candidate, stream: bool) -> Attempt:
         """One try on one worker; the edge calls first_byte/saw/end on it."""
-        attempt = Attempt(request, candidate, stream, self._served)
+        attempt = Attempt(request, candidate, stream, self._served, self.clock())
         self.mean_uncached += 0.02 * (candidate.uncached_tokens - self.mean_uncached)
         if candidate.matched_blocks and not request.exact:
             # the oldest block believed warm: if the engine misses it, all older is gone

@@ -55,10 +55,12 @@ def build_app(config: RouterConfig) -> web.Application:
     state = RouterState(
         config=config,
         pool=pool,
-        pipeline=Pipeline(pool, make_policy(config.policy, _knobs(config)), residency, metrics,
+        pipeline=Pipeline(pool, make_policy(config.policy, PolicyKnobs.of(config)), residency,
+                          metrics,
                           block_chars=config.block_chars, max_blocks=config.max_blocks,
                           key_blocks=config.key_blocks,
                           decode_penalty_s=config.decode_penalty_ms / 1000.0,
+                          attention_tokens=config.attention_tokens,
                           offload_weight=config.offload_weight),
         residency=residency,
         metrics=metrics,
@@ -98,11 +100,3 @@ def build_app(config: RouterConfig) -> web.Application:
     openapi.add_route(app)
     return app
 
-
-def _knobs(config: RouterConfig) -> PolicyKnobs:
-    return PolicyKnobs(epsilon=config.bound_epsilon, margin=config.bound_margin,
-                       slack_s=config.slack_s, slack_ratio=config.slack_ratio,
-                       cold_slack_s=config.cold_slack_s,
-                       replicate_cost=config.replicate_cost,
-                       replica_idle_s=config.replica_idle_s, hot_requests=config.hot_requests,
-                       min_match=config.min_match, warm_ratio=config.warm_ratio)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.fleet.prefill_model import PrefillModel
+from router.fleet.prefill_model import PrefillModel, prefill_work
 from router.fleet.workers import Worker
 from router.residency.memory import MemoryResidency
 from router.routing.candidate import Candidate
@@ -120,7 +120,14 @@ async def test_predicted_ttft_grows_with_uncached_tokens_and_with_pending_prefil
     assert await ttft(4000, 2000, 0) < base  # fewer, thanks to the cache
     assert await ttft(4000, 0, 10_000) > base  # a queue ahead
     assert await ttft(4000, 0, 0, decoding=20) > base  # decodes share the steps
-    assert abs(base - (0.02 + 4000 / RATE)) < 1e-9
+    assert abs(base - (0.02 + prefill_work(4000, 0) / RATE)) < 1e-9
+    # the same 4,000 new tokens after 60,000 cached ones attend over all of them
+    assert await ttft(64_000, 60_000, 0) > base * 2
+    assert await ttft(8000, 0, 0) - 0.02 > 2 * (base - 0.02)  # superlinear in the prompt
+    linear = TTFTSignal(SignalContext(MemoryResidency(), attention_tokens=0))
+    c = Candidate(worker, cached_tokens=60_000)
+    await linear.annotate(request("x", 64_000), [c])
+    assert abs(c.ttft_s - (0.02 + 4000 / RATE)) < 1e-9  # 0: priced in plain tokens
 
 
 def test_a_hot_context_gains_a_replica_and_later_loses_it() -> None:

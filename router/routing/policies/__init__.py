@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from router.config import POLICY_NAMES
+from router.config import POLICY_NAMES, RouterConfig
 from router.routing.policies.base import Decision, Policy
 from router.routing.policies.consistent_hash import ConsistentHash
 from router.routing.policies.least_loaded import LeastLoaded
@@ -30,15 +32,25 @@ class PolicyKnobs:
     min_match: int = 1
     warm_ratio: float = 0.5
 
+    @classmethod
+    def of(cls, config: RouterConfig) -> PolicyKnobs:
+        return cls(epsilon=config.bound_epsilon, margin=config.bound_margin,
+                   slack_s=config.slack_s, slack_ratio=config.slack_ratio,
+                   cold_slack_s=config.cold_slack_s, replicate_cost=config.replicate_cost,
+                   replica_idle_s=config.replica_idle_s, hot_requests=config.hot_requests,
+                   min_match=config.min_match, warm_ratio=config.warm_ratio)
 
-def make_policy(name: str, knobs: PolicyKnobs | None = None) -> Policy:
+
+def make_policy(name: str, knobs: PolicyKnobs | None = None,
+                clock: Callable[[], float] = time.monotonic) -> Policy:
+    """``clock``: what replica idleness is measured on (the offline bench's simulated time)."""
     k = knobs or PolicyKnobs()
     if name == "predicted_ttft":
         return PredictedTTFT(epsilon=k.epsilon, margin=k.margin, slack_s=k.slack_s,
                              slack_ratio=k.slack_ratio, cold_slack_s=k.cold_slack_s,
                              replicate_cost=k.replicate_cost,
                              replicas=ReplicaSets(idle_s=k.replica_idle_s,
-                                                 hot_uses=k.hot_requests))
+                                                 hot_uses=k.hot_requests, clock=clock))
     if name == "prefix_aware":
         return PrefixAware(epsilon=k.epsilon, min_match=k.min_match, warm_ratio=k.warm_ratio)
     if name == "llmd_weighted":

@@ -53,7 +53,7 @@ def _start_s(c: Candidate) -> float:
 
 def _extra_prefill_s(moved: Candidate, kept: Candidate) -> float:
     """Prefill the fleet does on top by serving on ``moved`` instead of ``kept``."""
-    extra = moved.uncached_tokens - kept.uncached_tokens
+    extra = moved.prefill_work - kept.prefill_work
     return extra / moved.worker.cost.prefill.rate if extra > 0 else 0.0
 
 

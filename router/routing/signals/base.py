@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from router.fleet.prefill_model import ATTENTION_TOKENS
 from router.residency.base import ResidencyStore
 from router.routing.candidate import Candidate
 from router.routing.request import RoutingRequest
@@ -27,6 +29,9 @@ class SignalContext:
     residency: ResidencyStore
     exact: ExactMatcher | None = None
     decode_penalty_s: float = 0.001  # added TTFT per request decoding on the worker
+    attention_tokens: float = ATTENTION_TOKENS  # prefill_work's attention scale
+    clock: Callable[[], float] = time.monotonic  # what queues drain on (bench/offline.py:
+    # simulated time)
     offload_weight: float = 0.9  # share of a block's prefill saved when it is loaded from
     # an offload tier instead of computed (PCIe transfer vs compute)
 

@@ -11,11 +11,12 @@ class LoadSignal:
     name = "load"
 
     def __init__(self, context: SignalContext) -> None:
-        del context  # reads only the workers' own accounting
+        self._clock = context.clock
 
     async def annotate(self, request: RoutingRequest, candidates: list[Candidate]) -> None:
+        now = self._clock()
         for c in candidates:
             cost = c.worker.cost
-            c.queued_tokens = cost.queued_tokens()
+            c.queued_tokens = cost.queued_tokens(now)
             c.decode_load = cost.decode_load()
             c.kv_usage = cost.kv_usage

@@ -1,0 +1,260 @@
+"""The fleet on simulated time: the router's own decision in front of simulated engines,
+with no processes, sockets or sleeping.
+
+Why: the live bench (bench/runner.py) runs in real time on two shared cores, where a
+policy's TTFT moves 10-30 % between runs with whatever else the machine does, and a
+Mooncake comparison takes 20 minutes. Here every engine (engine_worker/sim) steps on its
+own simulated clock, and at each arrival the router's pipeline (router/server/decide.py,
+the code both edges run) decides on what the engines have done until then. A run is
+deterministic and takes seconds: what tuning a policy needs.
+
+What it leaves out, so the live bench stays the acceptance measure: the HTTP hop and the
+router's CPU time, the delay of scraped gauges (KV usage is read at each decision), and
+the peers that run as their own processes (sglang-router, Dynamo). The router learns as
+it does live: residency at a request's first token, the prefill line from its time to
+first token (simulated) against the work it had to do, the cache feedback from usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import heapq
+import itertools
+import statistics
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from bench import bounds
+from bench.fleet import residency_capacity
+from bench.runner import RunConfig, plan_blocks
+from bench.workloads import BenchRequest, make_workload
+from engine_worker.sim.engine import Engine
+from engine_worker.sim.engine_config import EngineConfig
+from engine_worker.sim.profiles import load_profile
+from engine_worker.sim.request import RequestHandle
+from engine_worker.sim.tokenizer import SimTokenizer
+from router.config import RouterConfig, add_arguments, load_config
+from router.fleet.prefill_model import PrefillModel
+from router.fleet.worker_cost import WorkerCost
+from router.fleet.workers import Worker, WorkerPool
+from router.infra.metrics import RouterMetrics
+from router.residency.memory import MemoryResidency
+from router.routing import keys
+from router.routing.accounting import Attempt
+from router.routing.pipeline import Pipeline
+from router.routing.policies import PolicyKnobs, make_policy
+from router.routing.usage import Usage
+from router.server.decide import decide
+
+MODEL = "sim-model"
+PATH = "/v1/completions"
+
+
+class SimTime:
+    """The router's clock here: the arrival being decided."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass(eq=False)
+class InFlight:
+    request: BenchRequest
+    worker: Worker
+    attempt: Attempt
+    handle: RequestHandle
+    reason: str
+    predicted_ttft_s: float
+    first_seen: bool = False
+
+
+@dataclass(order=True)
+class _Event:
+    at: float
+    seq: int
+    kind: str = field(compare=False)  # "first" | "end"
+    flight: InFlight = field(compare=False)
+
+
+@dataclass
+class Fleet:
+    engines: list[Engine]
+    workers: list[Worker]
+    pipeline: Pipeline
+    clock: SimTime
+    tokenizer: SimTokenizer
+    live: list[list[InFlight]] = field(default_factory=list)
+    events: list[_Event] = field(default_factory=list)
+    busy_s: list[float] = field(default_factory=list)
+    done: list[InFlight] = field(default_factory=list)
+    _seq: itertools.count = field(default_factory=itertools.count)
+
+    def advance(self, until: float | None) -> None:
+        """Step every engine up to ``until`` (all the way when None), queueing what each
+        step's end shows (first tokens, ends) at the time it happened."""
+        for i, engine in enumerate(self.engines):
+            live = self.live[i]
+            while live and (until is None or engine.sim_now < until):
+                dt = engine.step()
+                if dt is None:
+                    raise RuntimeError(f"w{i} cannot schedule anything (a prompt never fits)")
+                self.busy_s[i] += dt
+                for f in live:
+                    stats = f.handle.stats
+                    if not f.first_seen and stats.first_token is not None:
+                        f.first_seen = True
+                        self._push(stats.first_token, "first", f)
+                    if f.handle.done:
+                        self._push(stats.finished or engine.sim_now, "end", f)
+                self.live[i] = live = [f for f in live if not f.handle.done]
+
+    def _push(self, at: float, kind: str, flight: InFlight) -> None:
+        heapq.heappush(self.events, _Event(at, next(self._seq), kind, flight))
+
+    async def apply(self, until: float | None) -> None:
+        """What the router would have heard by ``until``, in the order it happened."""
+        while self.events and (until is None or self.events[0].at <= until):
+            event = heapq.heappop(self.events)
+            self.clock.now = event.at
+            f, stats = event.flight, event.flight.handle.stats
+            if event.kind == "first":
+                f.attempt.first_byte(stats.first_token)
+            else:
+                f.attempt.usage = Usage(stats.prompt_tokens, stats.cached_tokens)
+                f.attempt.end()
+                f.worker.in_flight -= 1
+                self.pipeline.complete([f.attempt])
+                self.done.append(f)
+            await asyncio.sleep(0)  # the residency store applies its batched records
+
+    async def dispatch(self, request: BenchRequest) -> None:
+        now = self.clock.now = request.arrival_s
+        for w, engine in zip(self.workers, self.engines, strict=True):
+            w.cost.kv_usage = engine.kv.usage()
+        body = orjson.dumps({"model": MODEL, "prompt": request.prompt,
+                             "max_tokens": request.max_tokens, "stream": True})
+        routed = await decide(self.pipeline, body, PATH, keys.completion_prompt_bytes,
+                              request.context_hash)
+        chosen = routed.decision.ranked[0]
+        index = self.workers.index(chosen.worker)
+        engine = self.engines[index]
+        attempt = self.pipeline.attempt(routed.routing, chosen, stream=True)
+        chosen.worker.in_flight += 1
+        engine.sim_now = max(engine.sim_now, now)  # an idle engine waits for the arrival
+        handle = engine.add_request(self.tokenizer.encode(request.prompt), request.max_tokens)
+        self.live[index].append(InFlight(request, chosen.worker, attempt, handle,
+                                         routed.decision.reason, chosen.ttft_s))
+
+
+def build_fleet(config: RouterConfig, workers: int, profile: str, blocks: int,
+                max_model_len: int) -> Fleet:
+    clock = SimTime()
+    pool = WorkerPool()
+    fleet_line = PrefillModel(seed_rate=config.prefill_rate)
+    members = []
+    for i in range(workers):
+        w = Worker(id=f"w{i}", url=f"sim://w{i}", models=frozenset({MODEL}), healthy=True,
+                   cost=WorkerCost(prefill=fleet_line.child()))
+        pool.add(w)
+        members.append(w)
+    residency = MemoryResidency(
+        default_capacity=residency_capacity(blocks, config.block_chars))
+    pipeline = Pipeline(pool, make_policy(config.policy, PolicyKnobs.of(config), clock),
+                        residency, RouterMetrics(), block_chars=config.block_chars,
+                        max_blocks=config.max_blocks, key_blocks=config.key_blocks,
+                        decode_penalty_s=config.decode_penalty_ms / 1000.0,
+                        attention_tokens=config.attention_tokens,
+                        offload_weight=config.offload_weight, clock=clock)
+    engines = [Engine(profile, EngineConfig(model_name=MODEL, num_gpu_blocks=blocks,
+                                            max_model_len=max_model_len, hash_seed="0"))
+               for _ in range(workers)]
+    return Fleet(engines, members, pipeline, clock,
+                 SimTokenizer(load_profile(profile).model.vocab),
+                 live=[[] for _ in range(workers)], busy_s=[0.0] * workers)
+
+
+async def replay(requests: list[BenchRequest], config: RouterConfig, workers: int,
+                 profile: str, blocks: int) -> Fleet:
+    longest = max(r.prompt_tokens + r.max_tokens for r in requests)
+    fleet = build_fleet(config, workers, profile, blocks, -(-(longest + 16) // 1024) * 1024)
+    for request in requests:
+        fleet.advance(request.arrival_s)
+        await fleet.apply(request.arrival_s)
+        await fleet.dispatch(request)
+    fleet.advance(None)
+    await fleet.apply(None)
+    return fleet
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def summary(fleet: Fleet, bound: dict[str, Any]) -> dict[str, Any]:
+    ttft = [f.handle.stats.ttft * 1000 for f in fleet.done if f.handle.stats.ttft is not None]
+    queries = sum(e.counters.prefix_queries for e in fleet.engines)
+    hits = sum(e.counters.prefix_hits for e in fleet.engines)
+    served = [sum(1 for f in fleet.done if f.worker is w) for w in fleet.workers]
+    reasons: dict[str, int] = {}
+    for f in fleet.done:
+        reasons[f.reason] = reasons.get(f.reason, 0) + 1
+    errors = [abs(f.predicted_ttft_s * 1000 - f.handle.stats.ttft * 1000) /
+              max(1.0, f.handle.stats.ttft * 1000) for f in fleet.done
+              if f.predicted_ttft_s > 0 and f.handle.stats.ttft]
+    return {
+        "requests": len(fleet.done),
+        "hit_rate": hits / queries if queries else 0.0,
+        "fleet_lru_bound": bound["fleet_lru_hit_rate"],
+        "ttft_ms": {"p50": _pct(ttft, 0.5), "p90": _pct(ttft, 0.9), "p99": _pct(ttft, 0.99),
+                    "mean": statistics.fmean(ttft)},
+        "busy_max_over_mean": max(fleet.busy_s) / statistics.fmean(fleet.busy_s),
+        "requests_max_over_mean": max(served) / statistics.fmean(served),
+        "predicted_ttft_error_median": statistics.median(errors) if errors else None,
+        "reasons": reasons,
+    }
+
+
+def router_config(policy: str, extra: list[str]) -> RouterConfig:
+    """The router's own flags (``--router-extra``), parsed as ``prefix-router serve`` does."""
+    parser = argparse.ArgumentParser(prog="router-extra")
+    add_arguments(parser)
+    args = vars(parser.parse_args(extra))
+    args["policy"] = policy
+    return load_config(args, env={})
+
+
+def run(cfg: RunConfig) -> dict[str, Any]:
+    requests = make_workload(cfg.workload, **cfg.workload_opts)
+    blocks, _ = plan_blocks(cfg, requests)
+    bound = bounds.compute(requests, blocks, cfg.workers).as_dict()
+    fleet = asyncio.run(replay(requests, router_config(cfg.policy, cfg.router_extra),
+                               cfg.workers, cfg.profile, blocks))
+    return summary(fleet, bound)
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Every named policy on the same workload; a markdown table on stdout."""
+    from bench.cli import run_config  # the live bench's options, shared
+    rows = []
+    for policy in args.policies.split(","):
+        result = run(run_config(args, policy=policy))
+        rows.append((policy, result))
+        print(f"[offline] {policy}: {orjson.dumps(result).decode()}", flush=True)
+    print(f"\n`python -m bench offline {' '.join(args.argv[1:])}`\n")
+    print("| policy | hit rate | % of fleet-LRU bound | TTFT p50 / p90 / p99 (ms) | "
+          "max/mean busy | max/mean req | predicted TTFT error (median) |")
+    print("|---|---|---|---|---|---|---|")
+    for policy, r in rows:
+        t = r["ttft_ms"]
+        err = r["predicted_ttft_error_median"]
+        print(f"| {policy} | {r['hit_rate']:.1%} | {r['hit_rate'] / r['fleet_lru_bound']:.0%} | "
+              f"{t['p50']:,.0f} / {t['p90']:,.0f} / {t['p99']:,.0f} | "
+              f"{r['busy_max_over_mean']:.2f} | {r['requests_max_over_mean']:.2f} | "
+              f"{'–' if err is None else f'{err:.0%}'} |")
