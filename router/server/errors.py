@@ -40,6 +40,14 @@ def sse_error_event(status: int, message: str, code: str | None = None) -> bytes
     return b"data: " + error_body(status, message, code) + b"\n\ndata: [DONE]\n\n"
 
 
+def from_http_exception(exc: web.HTTPException) -> web.Response:
+    """One of aiohttp's HTTP errors (404, 405, 413, 417, ...) in OpenAI's shape."""
+    message = exc.text or exc.reason
+    if exc.status == 413:
+        message = "request body too large"
+    return error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
+
+
 @web.middleware
 async def openai_errors(request: web.Request, handler):  # type: ignore[no-untyped-def]
     """aiohttp's own 404/405/413 (and any HTTPException) in OpenAI's shape."""
@@ -48,10 +56,7 @@ async def openai_errors(request: web.Request, handler):  # type: ignore[no-untyp
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
-        message = exc.text or exc.reason
-        if exc.status == 413:
-            message = "request body too large"
-        return error_response(exc.status, message, code=exc.reason.lower().replace(" ", "_"))
+        return from_http_exception(exc)
 
 
 class RequestError(Rejected):

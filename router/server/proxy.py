@@ -40,9 +40,13 @@ from router.server.resume import Resumption, Splice, continuation, resumable
 
 log = logging.getLogger(__name__)
 
+# not forwarded: hop-by-hop headers, and what no longer describes the body sent on (aiohttp
+# hands the router the body decoded: a client's gzip is undone, so its Content-Encoding
+# would make the worker gunzip JSON; Expect was answered here, the body is already read)
 HOP_BY_HOP = frozenset({
     "host", "content-length", "connection", "keep-alive", "transfer-encoding", "te", "trailer",
     "upgrade", "proxy-authorization", "proxy-authenticate", "x-context-hash",
+    "content-encoding", "expect",
 })
 RESPONSE_SKIP = frozenset({"content-length", "connection", "keep-alive", "transfer-encoding",
                            "date", "server"})

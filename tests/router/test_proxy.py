@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import signal
 import time
@@ -50,6 +51,23 @@ async def test_request_id_is_propagated_or_generated(fleet: Fleet) -> None:
         assert seen["x-request-id"] == "req-42"
         async with session.post(fleet.url + "/v1/chat/completions", json=CHAT) as resp:
             assert len(resp.headers["X-Request-Id"]) >= 16
+
+
+async def test_a_gzipped_body_reaches_the_worker_decoded_without_its_encoding(
+        fleet: Fleet) -> None:
+    """The router forwards the body aiohttp decoded, so the client's Content-Encoding (and
+    its Expect, answered here) must not go with it: the worker would gunzip plain JSON
+    (found by tests/fuzz: a valid gzipped request came back 502)."""
+    raw = json.dumps(CHAT).encode()
+    async with aiohttp.ClientSession() as session, session.post(
+            fleet.url + "/v1/chat/completions", data=gzip.compress(raw), expect100=True,
+            headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}) as resp:
+        assert resp.status == 200, await resp.text()
+        worker = fleet.by_name(resp.headers["X-Prefix-Router-Worker"])
+    stats = worker.stats()
+    seen = {k.lower() for k in stats["headers"]}
+    assert stats["last_body"] == raw.decode()
+    assert "content-encoding" not in seen and "expect" not in seen
 
 
 async def test_client_disconnect_cancels_the_upstream_request(fleet: Fleet) -> None:
