@@ -29,7 +29,7 @@ class MessagesApi:
             raise api.ApiError(400, "'messages' must be a non-empty list")
         system = body.get("system")
         if isinstance(system, list):
-            system = "".join(b.get("text", "") for b in system if isinstance(b, dict))
+            system = api.text_parts(system)
         head = [{"role": "system", "content": system}] if isinstance(system, str) else []
         return self.server.tokenizer.encode(api.render_chat(head + messages))
 

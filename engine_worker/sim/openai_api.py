@@ -46,13 +46,15 @@ def render_chat(messages: list[Any], add_generation_prompt: bool = True,
     if add_generation_prompt and continue_final_message:
         raise ApiError(400, "Cannot set both `continue_final_message` and "
                        "`add_generation_prompt` to True.")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list")
     parts = []
     for msg in messages:
         if not isinstance(msg, dict) or "role" not in msg:
             raise ApiError(400, "each message needs a 'role'")
         content = msg.get("content") or ""
         if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = text_parts(content)
         if not isinstance(content, str):
             raise ApiError(400, "message content must be a string or a list of parts")
         parts.append(f"<|{msg['role']}|>\n{content}\n")
@@ -61,6 +63,14 @@ def render_chat(messages: list[Any], add_generation_prompt: bool = True,
     elif add_generation_prompt:
         parts.append("<|assistant|>\n")
     return "".join(parts)
+
+
+def text_parts(parts: list[Any]) -> str:
+    """The text of a list of content parts (other part types carry none here)."""
+    texts = [p.get("text", "") for p in parts if isinstance(p, dict)]
+    if not all(isinstance(t, str) for t in texts):
+        raise ApiError(400, "a content part's 'text' must be a string")
+    return "".join(texts)
 
 
 def chat_template_flags(body: dict[str, Any]) -> tuple[bool, bool]:

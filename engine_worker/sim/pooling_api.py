@@ -81,6 +81,8 @@ def rerank(server: SimServer, body: dict[str, Any]) -> dict[str, Any]:
                       for i, d in enumerate(documents)),
                      key=lambda r: -r["relevance_score"])
     top_n = body.get("top_n") or 0
+    if isinstance(top_n, bool) or not isinstance(top_n, int) or top_n < 0:
+        raise api.ApiError(400, "'top_n' must be a non-negative integer")
     if top_n:
         results = results[:top_n]
     used = _tokens(server, [query, *documents])

@@ -183,7 +183,7 @@ class ResponsesApi:
 
 def _text(content: Any) -> str:
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        return api.text_parts(content)
     return content if isinstance(content, str) else ""
 
 

@@ -47,6 +47,10 @@ async def test_every_family_reaches_a_worker_and_answers_in_vllms_shape() -> Non
         status, missing, _ = await post(http, fleet.url + "/v1/rerank",
                                         {"model": "nope", **FAMILIES["/v1/rerank"]})
         assert status == 404 and missing["error"]["code"] == "model_not_found"
+        # a worker's own 400 for a bad field comes back as such (it was a 500, then a 502)
+        status, bad, _ = await post(http, fleet.url + "/rerank",
+                                    {"model": MODEL, **FAMILIES["/rerank"], "top_n": "1"})
+        assert status == 400 and "top_n" in bad["error"]["message"]
 
 
 def _drop_volatile(body: dict) -> None:
