@@ -136,7 +136,8 @@ class Fleet:
     async def dispatch(self, request: BenchRequest) -> None:
         now = self.clock.now = request.arrival_s
         for w, engine in zip(self.workers, self.engines, strict=True):
-            w.cost.kv_usage = engine.kv.usage()
+            w.cost.kv_usage = engine.kv.usage()  # live: scraped every second
+            w.cost.prefill.refresh()  # live: every load tick (router/fleet/load.py)
         body = orjson.dumps({"model": MODEL, "prompt": request.prompt,
                              "max_tokens": request.max_tokens, "stream": True})
         routed = await decide(self.pipeline, body, PATH, keys.completion_prompt_bytes,

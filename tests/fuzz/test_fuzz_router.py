@@ -9,9 +9,11 @@ stream ending in an error event (verdict.py); after each batch both routers must
 serve a plain chat request, and at the end no process may have logged an unhandled
 error. A failure lists every unclean case as the bytes sent.
 
-``FUZZ_CASES`` (default 5,000) sets how many cases one run sends, ``FUZZ_SEED`` replays a
-run (the seed is printed, and named in every failure), ``FUZZ_SHRINK=1`` lets Hypothesis
-shrink a failing batch.
+``FUZZ_CASES`` (default 5,000) sets how many cases one run sends. ``FUZZ_SEED`` picks the
+cases: 0 by default, so CI sends the same 5,000 every run and a red build always means a
+change broke something; ``FUZZ_SEED=random`` draws new ones (the seed is printed, and
+named in every failure, so ``FUZZ_SEED=N`` replays them). ``FUZZ_SHRINK=1`` lets
+Hypothesis shrink a failing batch.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from tests.fuzz.conftest import Fuzz
 from tests.fuzz.fleet import MODEL
 
 CASES = int(os.environ.get("FUZZ_CASES", "5000"))
-SEED = int(os.environ.get("FUZZ_SEED") or random.randrange(2**32))
+_SEED = os.environ.get("FUZZ_SEED") or "0"
+SEED = random.randrange(2**32) if _SEED == "random" else int(_SEED)
 BATCH = 24
 FUZZ_SETTINGS = settings(
     max_examples=math.ceil(CASES / BATCH), deadline=None, database=None, print_blob=True,

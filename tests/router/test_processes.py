@@ -28,8 +28,15 @@ def listening(pid: int, port: int) -> bool:
         inodes = {f.split()[9] for f in fh.readlines()[1:]
                   if f.split()[1].endswith(f":{port:04X}") and f.split()[3] == "0A"}
     fds = f"/proc/{pid}/fd"
-    return any(os.readlink(f"{fds}/{fd}") in {f"socket:[{i}]" for i in inodes}
-               for fd in os.listdir(fds))
+    sockets = {f"socket:[{i}]" for i in inodes}
+
+    def target(fd: str) -> str:
+        try:
+            return os.readlink(f"{fds}/{fd}")
+        except FileNotFoundError:  # closed between the listing and the read
+            return ""
+
+    return any(target(fd) in sockets for fd in os.listdir(fds))
 
 
 def served(url: str) -> int:
