@@ -58,6 +58,8 @@ async def _respond(request: web.Request, mode: str, body: bytes) -> web.StreamRe
         return web.Response(status=status, content_type="application/json",
                             body=orjson.dumps({"error": {"message": f"{name} says {status}",
                                                          "type": "test", "code": status}}))
+    if mode == "detail-404":  # FastAPI's own answer, as vLLM gives for a route it lacks
+        return web.json_response({"detail": "Not Found"}, status=404)
     if mode == "hang":
         await asyncio.sleep(3600)
     if mode.startswith("sleep-"):

@@ -25,6 +25,27 @@ def error_body(status: int, message: str, code: str | None = None) -> bytes:
                                    "param": None, "code": code}})
 
 
+def upstream_error_body(status: int, body: bytes) -> bytes | None:
+    """A worker's error answer in OpenAI's shape, or None when it already is one. vLLM's
+    own routes answer some errors as FastAPI's ``{"detail": ...}`` (a route the model does
+    not serve) or ``{"error": "Unauthorized"}`` (its --api-key guard): an OpenAI client
+    would surface neither properly. The worker's words are kept as the message."""
+    try:
+        parsed = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        parsed = None
+    if isinstance(parsed, dict):
+        error = parsed.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return None
+        words = parsed.get("detail", error)
+        message = words if isinstance(words, str) else orjson.dumps(words or parsed).decode()
+    else:
+        message = body.decode("utf-8", "replace").strip()
+    return error_body(status, f"worker answered {status}: {message[:500] or 'no body'}",
+                      "upstream_error")
+
+
 def error_response(status: int, message: str, code: str | None = None,
                    retry_after: float | None = None,
                    headers: dict[str, str] | None = None) -> web.Response:

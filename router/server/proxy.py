@@ -34,7 +34,7 @@ from router.infra.metrics import RouterMetrics
 from router.routing.accounting import Attempt
 from router.routing.candidate import Candidate
 from router.server.early_response import EARLY_RESPONSE
-from router.server.errors import error_response, sse_error_event
+from router.server.errors import error_response, sse_error_event, upstream_error_body
 from router.server.hedge import HedgeBudget, first_of, hedge_wait_s
 from router.server.resume import Resumption, Splice, continuation, resumable
 
@@ -163,7 +163,11 @@ class Proxy:
             status = leg.upstream.status
             reply_headers = filtered_headers(leg.upstream.headers, RESPONSE_SKIP, reply)
             if not (stream and status == 200):
-                return Outcome(web.Response(status=status, body=leg.first,
+                body = leg.first
+                if status >= 400 and (shaped := upstream_error_body(status, body)) is not None:
+                    body = shaped
+                    reply_headers["Content-Type"] = "application/json"
+                return Outcome(web.Response(status=status, body=body,
                                             headers=reply_headers), worker, done)
             resume = None
             if payload is not None and self._config.stream_resumes > 0:

@@ -80,6 +80,23 @@ async def test_unknown_route_is_an_openai_404(fleet: Fleet) -> None:
         _assert_openai_error(await resp.json())
 
 
+async def test_a_workers_error_reaches_the_client_in_openais_shape(fleet: Fleet) -> None:
+    """vLLM answers a route the model lacks with FastAPI's ``{"detail": ...}``: an OpenAI
+    client must still see an error it can read, with the worker's words and status."""
+    status, body, _ = await _post(fleet, CHAT, headers={"X-Test-Mode": "detail-404"})
+    assert status == 404
+    _assert_openai_error(body)
+    assert "Not Found" in body["error"]["message"] and body["error"]["code"] == "upstream_error"
+    # a worker without the route at all answers aiohttp's plain-text 404
+    status, body, resp = await _post(fleet, {"model": MODEL, "query": "q", "documents": ["d"]},
+                                     path="/v1/rerank")
+    assert status == 404 and resp.content_type == "application/json"
+    _assert_openai_error(body)
+    # an answer already in OpenAI's shape passes as the worker made it
+    status, body, _ = await _post(fleet, CHAT, headers={"X-Test-Mode": "status-404"})
+    assert status == 404 and body["error"]["type"] == "test" and body["error"]["code"] == 404
+
+
 async def test_models_are_the_union_of_the_workers(fleet: Fleet) -> None:
     async with aiohttp.ClientSession() as session, session.get(fleet.url + "/v1/models") as r:
         listing = await r.json()
