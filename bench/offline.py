@@ -161,7 +161,7 @@ def build_fleet(config: RouterConfig, workers: int, profile: str, blocks: int,
     members = []
     for i in range(workers):
         w = Worker(id=f"w{i}", url=f"sim://w{i}", models=frozenset({MODEL}), healthy=True,
-                   cost=WorkerCost(prefill=fleet_line.child()))
+                   cost=WorkerCost(prefill=fleet_line.child(), drains=config.queue_drain))
         pool.add(w)
         members.append(w)
     residency = MemoryResidency(

@@ -19,7 +19,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-ATTENTION_TOKENS = 32768.0  # context at which attention costs a token what the weights do
+# Off unless configured (--attention-tokens; 32768 suits Llama-3-8B): priced with attention,
+# two router replicas sharing Redis disagreed on where a context was warm in about one run
+# in three of tests/redis/test_cluster.py, and the cause is not found yet.
+ATTENTION_TOKENS = 0.0
 
 
 def prefill_work(new_tokens: float, cached_tokens: float,
@@ -30,7 +33,7 @@ def prefill_work(new_tokens: float, cached_tokens: float,
     is the context length at which the two are equal, params / (2 x layers x width):
     ~30 k for Llama-3-8B, ~53 k for 70B. A line in plain tokens under-predicted 40-200 k
     token prompts 1.4x on the Mooncake replay, and a warm turn after 50 k cached tokens
-    costs 2.5x its new tokens; 0 turns the term off."""
+    costs 2.5x its new tokens; 0 (the default) turns the term off."""
     if attention_tokens <= 0:
         return new_tokens
     return new_tokens * (1.0 + (cached_tokens + new_tokens / 2.0) / attention_tokens)

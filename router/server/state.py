@@ -76,7 +76,7 @@ class RouterState:
         cfg = self.config
         return Worker(id=worker_id, url=url, models=models, source=source,
                       breaker=CircuitBreaker(cfg.breaker_threshold, cfg.breaker_cooldown_s),
-                      cost=WorkerCost(prefill=self.prefill.child()),
+                      cost=WorkerCost(prefill=self.prefill.child(), drains=cfg.queue_drain),
                       api_key=self.upstream_keys.for_worker(worker_id, url, key_fingerprint),
                       key_fingerprint=key_fingerprint)
 

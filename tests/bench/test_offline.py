@@ -28,5 +28,6 @@ def test_residency_routing_beats_round_robin_on_hits_and_ttft() -> None:
 
 
 def test_router_flags_reach_the_decision() -> None:
-    linear = run(config("predicted_ttft", router_extra=["--attention-tokens", "0"]))
-    assert linear != run(config("predicted_ttft"))
+    priced = run(config("predicted_ttft", router_extra=["--attention-tokens", "32768",
+                                                        "--queue-drain", "true"]))
+    assert priced != run(config("predicted_ttft"))

@@ -104,7 +104,8 @@ def test_a_warm_worker_outside_the_home_wins_when_it_is_faster() -> None:
 
 
 async def test_predicted_ttft_grows_with_uncached_tokens_and_with_pending_prefill() -> None:
-    signal = TTFTSignal(SignalContext(MemoryResidency(), decode_penalty_s=0.001))
+    signal = TTFTSignal(SignalContext(MemoryResidency(), decode_penalty_s=0.001,
+                                      attention_tokens=32768))
     worker = Worker(id="w0", url="http://w0", healthy=True)
     worker.cost.prefill = PrefillModel(seed_rate=RATE, seed_base_s=0.02)
 
@@ -120,7 +121,7 @@ async def test_predicted_ttft_grows_with_uncached_tokens_and_with_pending_prefil
     assert await ttft(4000, 2000, 0) < base  # fewer, thanks to the cache
     assert await ttft(4000, 0, 10_000) > base  # a queue ahead
     assert await ttft(4000, 0, 0, decoding=20) > base  # decodes share the steps
-    assert abs(base - (0.02 + prefill_work(4000, 0) / RATE)) < 1e-9
+    assert abs(base - (0.02 + prefill_work(4000, 0, 32768) / RATE)) < 1e-9
     # the same 4,000 new tokens after 60,000 cached ones attend over all of them
     assert await ttft(64_000, 60_000, 0) > base * 2
     assert await ttft(8000, 0, 0) - 0.02 > 2 * (base - 0.02)  # superlinear in the prompt

@@ -7,7 +7,15 @@ from router.fleet.worker_cost import WorkerCost
 
 
 def cost(rate: float = 10_000.0) -> WorkerCost:
-    return WorkerCost(prefill=PrefillModel(seed_rate=rate))
+    return WorkerCost(prefill=PrefillModel(seed_rate=rate), drains=True)
+
+
+def test_without_the_drain_the_queue_is_every_pending_requests_whole_work() -> None:
+    c = WorkerCost(prefill=PrefillModel(seed_rate=10_000.0))
+    c.dispatched(8000, now=100.0)
+    assert c.own_queue(105.0) == 8000
+    c.prefilled(8000, now=105.0)
+    assert c.own_queue(105.0) == 0.0
 
 
 def test_the_queue_drains_at_the_worker_rate_from_a_dispatch_to_an_empty_queue() -> None:
