@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-# Off unless configured (--attention-tokens; 32768 suits Llama-3-8B): priced with attention,
-# two router replicas sharing Redis disagreed on where a context was warm in about one run
-# in three of tests/redis/test_cluster.py, and the cause is not found yet.
+# Off unless configured (--attention-tokens; 32768 suits Llama-3-8B) until a live comparison
+# shows it helps: the quiet RAG pair with it on (bench/README.md, ttft-rag-s3) did worse
+# against llm-d's scorers than the previous pair without it, cause not separated.
 ATTENTION_TOKENS = 0.0
 
 

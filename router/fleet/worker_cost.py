@@ -13,9 +13,9 @@ still counted 12 k, so the learned rate came out 1.3-1.9x the engine's (offline 
 bench/offline.py) and every TTFT was predicted short. With ``drains`` (--queue-drain) this
 replica's queue drains at the worker's learned rate from the moment it last knew the
 engine's position: a dispatch to an empty queue, or a first byte (the engine runs its
-queue in order, so everything ahead of that request is done). Off by default: with it on,
-two router replicas sharing Redis disagreed on where a context was warm in about one run
-in three of tests/redis/test_cluster.py, and the cause is not found yet.
+queue in order, so everything ahead of that request is done). Off by default until a live
+comparison shows it helps: the quiet RAG pair with it on (bench/README.md, ttft-rag-s3)
+did worse against llm-d's scorers than the previous pair without it, cause not separated.
 """
 
 from __future__ import annotations
