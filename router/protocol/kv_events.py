@@ -167,10 +167,12 @@ class KVEventSubscriber:
             sub.setsockopt(zmq.RECONNECT_IVL_MAX, 5000)
             sub.setsockopt(zmq.SUBSCRIBE, self.topic)
             sub.connect(self.endpoint)
-            self.subscribed.set()
             try:
                 if self.replay_endpoint:
                     await self.catch_up()
+                # connected and caught up: what was already resident has been replayed, so
+                # a reader measuring from here sees only what happens next
+                self.subscribed.set()
                 await self._consume(sub)
             finally:
                 sub.close(linger=0)
