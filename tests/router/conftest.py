@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
-from tests.support import free_port, spawn, stop, wait_http
+from tests.support import REPO, free_port, spawn, stop, wait_http
 
 MODEL = "test-model"
 
@@ -81,3 +83,16 @@ def fleet(request: pytest.FixtureRequest) -> Iterator[Fleet]:
     yield fleet
     for p in [proc, *fleet.extra, *(u.proc for u in ups)]:
         stop(p)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny local tokenizer (scripts/make_tiny_model.py), for the precise-mode tests."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import make_tiny_model
+    finally:
+        sys.path.pop(0)
+    out = tmp_path_factory.mktemp("tok")
+    make_tiny_model.build_tokenizer(out, 1024, 0)
+    return out

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -27,23 +26,11 @@ from router.server.app import build_app
 from router.server.state import ROUTER
 from tests.engine.vllm_publisher import FakePublisher, stored
 from tests.router.conftest import MODEL, Upstream, start_upstreams
-from tests.support import REPO, free_port, stop
+from tests.support import free_port, stop
 
 pytest.importorskip("transformers")
 BLOCK = 16
 DOC = " ".join(f"word{i % 37} context retrieval block" for i in range(120))
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import make_tiny_model
-    finally:
-        sys.path.pop(0)
-    out = tmp_path_factory.mktemp("tok")
-    make_tiny_model.build_tokenizer(out, 1024, 0)
-    return out
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -29,7 +28,7 @@ from router.precise.exact import block_key
 from router.protocol.block_hash import block_hashes
 from router.server.app import build_app
 from router.server.state import ROUTER
-from tests.support import REPO, free_port, spawn, stop, wait_http
+from tests.support import free_port, spawn, stop, wait_http
 
 pytest.importorskip("transformers")
 MODEL = "sim-precise"
@@ -49,18 +48,6 @@ class SimWorker:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
-
-
-@pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import make_tiny_model
-    finally:
-        sys.path.pop(0)
-    out = tmp_path_factory.mktemp("tok")
-    make_tiny_model.build_tokenizer(out, 1024, 0)
-    return out
 
 
 @pytest.fixture(params=["configured", "discovered"])
