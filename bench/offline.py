@@ -161,6 +161,7 @@ def build_fleet(config: RouterConfig, workers: int, profile: str, blocks: int,
     members = []
     for i in range(workers):
         w = Worker(id=f"w{i}", url=f"sim://w{i}", models=frozenset({MODEL}), healthy=True,
+                   capacity_blocks=blocks,  # live: scraped from the engine (state.py)
                    cost=WorkerCost(prefill=fleet_line.child(), drains=config.queue_drain))
         pool.add(w)
         members.append(w)

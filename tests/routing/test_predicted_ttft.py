@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,10 +23,12 @@ from router.routing.signals.ttft import TTFTSignal
 RATE = 20_000.0  # tokens/s of every worker's seed line
 
 
-def pool(n: int, loads: Sequence[int] | None = None) -> list[Worker]:
+def pool(n: int, loads: Sequence[int] | None = None,
+         capacity_blocks: int = 0) -> list[Worker]:
+    """``capacity_blocks``: each engine's KV cache in 16-token blocks (0: not scraped yet)."""
     loads = loads or [0] * n
-    return [Worker(id=f"w{i}", url=f"http://w{i}", in_flight=loads[i], healthy=True)
-            for i in range(n)]
+    return [Worker(id=f"w{i}", url=f"http://w{i}", in_flight=loads[i], healthy=True,
+                   capacity_blocks=capacity_blocks, block_size=16) for i in range(n)]
 
 
 def request(context: str, tokens: float = 4000.0) -> RoutingRequest:
@@ -39,7 +42,7 @@ def annotate(workers: Sequence[Worker], req: RoutingRequest, cached: dict[str, f
     for w in workers:
         c = Candidate(w, matched_blocks=int(cached.get(w.id, 0) // 64),
                       cached_tokens=cached.get(w.id, 0.0), queued_tokens=queued.get(w.id, 0.0))
-        c.uncached_tokens = max(0.0, req.prompt_tokens - c.cached_tokens)
+        c.uncached_tokens = c.prefill_work = max(0.0, req.prompt_tokens - c.cached_tokens)
         c.ttft_s = (c.queued_tokens + c.uncached_tokens) / RATE
         out.append(c)
     return out
@@ -157,15 +160,58 @@ def test_a_hot_context_gains_a_replica_and_later_loses_it() -> None:
     assert set(replicas.live("hot-doc")) == {home}
 
 
-def test_a_context_that_is_not_hot_keeps_its_warm_home() -> None:
-    """A conversation's next turn: moving it would recompute its history elsewhere."""
+@pytest.mark.parametrize("capacity_blocks", [0, 100_000])
+def test_a_context_that_is_not_hot_keeps_its_warm_home(capacity_blocks: int) -> None:
+    """A conversation's next turn: its history is large next to another worker's cache
+    (11,500 tokens against 0.5 % of 1.6 M), or that cache's size is not known yet, and
+    a copy would evict other contexts' warm blocks there."""
     policy = PredictedTTFT()
-    workers = pool(4)
+    workers = pool(4, capacity_blocks=capacity_blocks)
     req = request("conversation", tokens=12_000)
     home = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
     turn = policy.rank(req, annotate(workers, req, {home: 11_500}, {home: 40_000}))
     assert not policy.replicas.is_hot("conversation")
     assert turn.ranked[0].id == home
+
+
+def test_a_small_context_that_is_not_hot_leaves_a_queued_home() -> None:
+    """A lukewarm document of a few thousand tokens: waiting 2 s on its warm home costs more
+    than computing it on an idle worker, and the copy takes 0.2 % of that worker's cache."""
+    policy = PredictedTTFT()
+    workers = pool(4, capacity_blocks=100_000)  # 1.6 M tokens each; 0.5 % is 8,000
+    req = request("lukewarm-doc", tokens=4000)
+    home = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
+    moved = policy.rank(req, annotate(workers, req, {home: 3900}, {home: 40_000}))
+    assert not policy.replicas.is_hot("lukewarm-doc")
+    assert moved.ranked[0].id != home and moved.reason == "replicate"
+    # with the home's queue short, the same copy is not worth its slack and extra prefill
+    stay = PredictedTTFT().rank(req, annotate(workers, req, {home: 3900}, {home: 6000}))
+    assert stay.ranked[0].id == home
+
+
+def test_a_copy_is_priced_by_the_queue_of_the_worker_that_makes_it() -> None:
+    """The copy's extra prefill delays those waiting behind it on the worker that computes
+    it: an idle worker copies a hot document off a queued home even while the rest of the
+    fleet is busy; one with requests waiting does not."""
+    def placed(target_waiting: int) -> tuple[str, str]:
+        policy = PredictedTTFT()
+        workers = pool(4)
+        req = request("hot-doc")
+        home = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
+        for _ in range(2):
+            policy.rank(req, annotate(workers, req, {home: 3900}, {}))
+        assert policy.replicas.is_hot("hot-doc")
+        target, *busy = [w for w in workers if w.id != home]
+        target.cost.pending = target_waiting
+        for w in busy:
+            w.cost.pending = 10  # ten requests waiting on each, 2.5 s of prefill ahead
+        queued = {home: 20_000} | {w.id: 50_000 for w in busy}
+        return home, policy.rank(req, annotate(workers, req, {home: 3900}, queued)).ranked[0].id
+
+    home, chosen = placed(target_waiting=0)
+    assert chosen != home
+    home, chosen = placed(target_waiting=5)
+    assert chosen == home
 
 
 def test_a_prefix_most_workers_hold_does_not_starve_one_that_holds_none() -> None:

@@ -27,6 +27,7 @@ class PolicyKnobs:
     slack_ratio: float = 0.25
     cold_slack_s: float = 0.01
     replicate_cost: float = 1.0
+    copy_share: float = 0.005
     replica_idle_s: float = 30.0
     hot_requests: int = 3
     min_match: int = 1
@@ -37,7 +38,8 @@ class PolicyKnobs:
         return cls(epsilon=config.bound_epsilon, margin=config.bound_margin,
                    slack_s=config.slack_s, slack_ratio=config.slack_ratio,
                    cold_slack_s=config.cold_slack_s, replicate_cost=config.replicate_cost,
-                   replica_idle_s=config.replica_idle_s, hot_requests=config.hot_requests,
+                   copy_share=config.copy_share, replica_idle_s=config.replica_idle_s,
+                   hot_requests=config.hot_requests,
                    min_match=config.min_match, warm_ratio=config.warm_ratio)
 
 
@@ -48,7 +50,7 @@ def make_policy(name: str, knobs: PolicyKnobs | None = None,
     if name == "predicted_ttft":
         return PredictedTTFT(epsilon=k.epsilon, margin=k.margin, slack_s=k.slack_s,
                              slack_ratio=k.slack_ratio, cold_slack_s=k.cold_slack_s,
-                             replicate_cost=k.replicate_cost,
+                             replicate_cost=k.replicate_cost, copy_share=k.copy_share,
                              replicas=ReplicaSets(idle_s=k.replica_idle_s,
                                                  hot_uses=k.hot_requests, clock=clock))
     if name == "prefix_aware":

@@ -10,14 +10,17 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
 - a worker that holds more of the prompt than home and is predicted faster wins, slack
   or not (``warm``): it consolidates the context rather than scattering it;
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
-  home held more of the prompt, that makes a copy, so only a *hot* context (replicas.py)
-  gains one (``replicate``): a conversation keeps its warm home. Unused replicas decay.
-  The slack is ``slack_s`` plus
-  ``slack_ratio`` of the faster worker's TTFT plus the prefill the move adds to the fleet
-  (the context's tokens home holds warm and the other must compute, at the other's rate)
-  priced at ``replicate_cost`` x (1 + the mean number of requests waiting per worker): a
-  copy of a hot document is computed only when the time it saves this request exceeds
-  the delay its extra work causes everyone queued behind it, which grows with load.
+  home held more of the prompt, that makes a copy (``replicate``). A *hot* context
+  (replicas.py) may always gain one; one that is not hot only when the copy is small
+  next to the other worker's KV cache (at most ``copy_share`` of it): a conversation's
+  long history stays home, since its copy would evict other contexts' warm blocks there
+  (measured offline: copying them freely cut Mooncake's hit rate from 21 to 15 %), while a
+  lukewarm document of a few thousand tokens leaves a queue it would wait seconds in.
+  Unused replicas decay. The slack is ``slack_s`` plus ``slack_ratio`` of the faster
+  worker's TTFT plus the prefill the move adds (the context's tokens home holds warm and
+  the other must compute, at the other's rate) priced at ``replicate_cost`` x (1 + the
+  requests waiting on that worker): the added work delays those queued behind it there,
+  not the fleet's average queue (an idle worker's copy delays nobody yet).
 The bounded-load guard stays hard: no candidate over ceil((1+eps)(L+1)/n) + margin is
 chosen while another is under it.
 """
@@ -63,7 +66,7 @@ class PredictedTTFT:
 
     def __init__(self, epsilon: float = 0.25, margin: int = 4, slack_s: float = 0.05,
                  slack_ratio: float = 0.25, cold_slack_s: float = 0.01,
-                 replicate_cost: float = 1.0,
+                 replicate_cost: float = 1.0, copy_share: float = 0.005,
                  replicas: ReplicaSets | None = None, depth: int = 4) -> None:
         self.epsilon = epsilon
         self.margin = margin
@@ -71,6 +74,7 @@ class PredictedTTFT:
         self.slack_ratio = slack_ratio
         self.cold_slack_s = cold_slack_s
         self.replicate_cost = replicate_cost
+        self.copy_share = copy_share
         self.replicas = replicas if replicas is not None else ReplicaSets()
         self.depth = depth
         self._rings = RingCache()
@@ -102,9 +106,9 @@ class PredictedTTFT:
         # a merely less busy one must beat the slack, or contexts would scatter
         best = min(eligible, key=_ttft)
         copies = best.matched_blocks < choice.matched_blocks  # leaving a warmer worker
-        if (not copies or self.replicas.is_hot(context)) and \
-                best.ttft_s * (1 + self.slack_ratio) + self.slack_s \
-                + self._work_price(candidates) * _extra_prefill_s(best, choice) < choice.ttft_s:
+        if (not copies or self.replicas.is_hot(context) or self._small_copy(choice, best)) \
+                and best.ttft_s * (1 + self.slack_ratio) + self.slack_s \
+                + self._work_price(best) * _extra_prefill_s(best, choice) < choice.ttft_s:
             reason = "warm" if best.matched_blocks > stay.matched_blocks else "replicate"
             choice = best
         if choice is stay and reason == "warm" and stay.matched_blocks == 0:
@@ -115,12 +119,18 @@ class PredictedTTFT:
                                key=lambda c: (c.id not in allowed, c.ttft_s))
         return Decision([choice, *rest], reason, replicas)
 
-    def _work_price(self, candidates: Sequence[Candidate]) -> float:
-        """Seconds of everyone's waiting per second of prefill added: added work delays the
-        requests queued behind it, about 1 + the mean queue (requests before their first
-        byte) per worker, as in a busy M/M/1 queue; ``replicate_cost`` scales it."""
-        waiting = sum(c.worker.cost.pending for c in candidates) / len(candidates)
-        return self.replicate_cost * (1.0 + waiting)
+    def _work_price(self, target: Candidate) -> float:
+        """Seconds of waiting per second of prefill added to ``target``: the work delays
+        the requests that queue behind it there, about 1 + those waiting now (a busy M/M/1
+        queue); ``replicate_cost`` scales it."""
+        return self.replicate_cost * (1.0 + target.worker.cost.pending)
+
+    def _small_copy(self, warm: Candidate, target: Candidate) -> bool:
+        """The tokens ``target`` would copy from ``warm`` fit in ``copy_share`` of its KV
+        cache; unknown capacity (not scraped yet) counts as large."""
+        capacity = target.worker.capacity_blocks * target.worker.block_size
+        return capacity > 0 and warm.cached_tokens - target.cached_tokens \
+            <= self.copy_share * capacity
 
     def _ring_owner(self, context: str, candidates: Sequence[Candidate],
                     eligible: Sequence[Candidate]) -> tuple[Candidate, str]:
