@@ -100,7 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--policies", default="round_robin,least_loaded,consistent_hash,"
                    "sglang_cache_aware,llmd_weighted,dynamo_kv,prefix_aware,predicted_ttft",
                    help="comma list; prefix_aware@EPS sets epsilon; +hdr sends X-Context-Hash "
-                   "of the whole context, +hdr1 of the first document")
+                   "of the whole context, +hdr1 of the first document; +envoy runs the "
+                   "policy as Envoy's endpoint picker (+envoy-lean, +envoy-inline: "
+                   "bench/gateway.py)")
     c.add_argument("--out-dir", type=Path, default=RESULTS)
     c.add_argument("--name", default=None, help="file stem (default: the workload)")
     off = sub.add_parser("offline", help="every policy on simulated time, in process: "
@@ -117,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--concurrency", default="1,16,64")
     o.add_argument("--targets", default="direct,prefix_router,prefix_router_round_robin,"
                    "prefix_router_redis,sglang_cache_aware,vllm_round_robin,vllm_cache_aware,envoy,"
-                   "envoy_picker,envoy_picker_lean")
+                   "envoy_picker,envoy_picker_lean")  # also envoy_picker_inline
     o.add_argument("--sut-cpus", default="", help="CPUs of the system under test, e.g. 1,2 "
                    "(default: CPU 1; the load generator keeps CPU 0)")
     o.add_argument("--out-dir", type=Path, default=RESULTS)

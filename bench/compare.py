@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 
+from bench import gateway as envoy_gateway
 from bench import plots
 from bench.cli import run_config
 from bench.runner import log, run
@@ -76,13 +77,16 @@ def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
     out_dir.mkdir(parents=True, exist_ok=True)
     results, failures = [], []
     for spec in [s for s in args.policies.split(",") if s]:
-        # +envoy: the same policy as Envoy's endpoint picker; +envoy-lean: response bodies
-        # bypass the picker
+        # +envoy: the same policy as Envoy's endpoint picker (response bodies observed off
+        # the data path); +envoy-lean: they bypass the picker; +envoy-inline: they pass it
         base, _, gateway = spec.partition("+envoy")
         policy, eps, scope = parse_policy(base)
         cfg = run_config(args, policy=policy, label=spec, out=out_dir / f"{name}-{spec}.json")
         if "+envoy" in spec:
-            cfg.gateway = "NONE" if gateway == "-lean" else "STREAMED"
+            cfg.gateway = gateway[1:] or "observed"
+            if cfg.gateway not in envoy_gateway.MODES:
+                raise SystemExit(f"{spec}: +envoy takes -{', -'.join(envoy_gateway.MODES[1:])}"
+                                 " or nothing")
         if eps is not None:
             cfg.epsilon = eps
         if scope:

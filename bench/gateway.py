@@ -30,26 +30,40 @@ def envoy_binary() -> str:
     return path
 
 
+MODES = ("observed", "lean", "inline")
+
+
 def envoy_config(listen_port: int, admin_port: int, picker: tuple[str, int] | None,
                  workers: Sequence[str], *, fail_open: bool = False,
-                 response_body: str = "STREAMED") -> dict[str, Any]:
+                 mode: str = "observed") -> dict[str, Any]:
     """deploy/envoy/envoy.yaml for this machine: ``workers`` are http://host:port URLs;
-    no ``picker``: Envoy alone (its fallback policy places every request), the floor;
-    ``response_body`` NONE: the lean picker (no usage read from the answers)."""
+    no ``picker``: Envoy alone (its fallback policy places every request), the floor.
+    ``mode``: ``observed`` (as shipped: response bodies reach the picker through the
+    observer filter, off the data path), ``lean`` (no observer: no usage read from the
+    answers) or ``inline`` (no observer, the picking filter streams the bodies through the
+    picker, as GIE gateways do: Envoy waits on it for every chunk)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     config = yaml.safe_load(ENVOY_CONFIG.read_text())
     config["admin"]["address"]["socket_address"]["port_value"] = admin_port
     resources = config["static_resources"]
     listener = resources["listeners"][0]
     listener["address"]["socket_address"].update(address="127.0.0.1", port_value=listen_port)
     manager = listener["filter_chains"][0]["filters"][0]["typed_config"]
-    ext_proc = next(f for f in manager["http_filters"]
-                    if f["name"] == "envoy.filters.http.ext_proc")["typed_config"]
-    ext_proc["failure_mode_allow"] = fail_open
-    ext_proc["processing_mode"]["response_body_mode"] = response_body
-    clusters = {c["name"]: c for c in resources["clusters"]}
+    pick = next(f["typed_config"] for f in manager["http_filters"]
+                if f["name"] == "envoy.filters.http.ext_proc"
+                and not f["typed_config"].get("observability_mode"))
+    pick["failure_mode_allow"] = fail_open
     if picker is None:
         manager["http_filters"] = [f for f in manager["http_filters"]
                                    if f["name"] != "envoy.filters.http.ext_proc"]
+    elif mode != "observed":
+        manager["http_filters"] = [f for f in manager["http_filters"]
+                                   if not f["typed_config"].get("observability_mode")]
+        del pick["grpc_service"]["initial_metadata"]  # no observer to wait for
+        if mode == "inline":
+            pick["processing_mode"]["response_body_mode"] = "STREAMED"
+    clusters = {c["name"]: c for c in resources["clusters"]}
     clusters["picker"]["load_assignment"]["endpoints"][0]["lb_endpoints"] = [
         _endpoint(*(picker or ("127.0.0.1", 9)))]
     workers_cluster = clusters["workers"]

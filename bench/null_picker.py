@@ -1,7 +1,8 @@
 """``python -m bench.null_picker PORT ENDPOINT``: an ext_proc picker that does no routing work.
 
-It answers every message the way ``prefix-router epp`` does, on the same grpc.aio loop
-(uvloop), but with one fixed endpoint and nothing decided or accounted: against it,
+It answers every message the way ``prefix-router epp`` does (and, like it, reads the
+observer filter's without answering), on the same grpc.aio loop (uvloop), but with one
+fixed endpoint and nothing decided or accounted: against it,
 ``python -m bench overhead --targets envoy_null_picker`` measures what the gRPC exchange
 itself costs Envoy and a Python picker, the floor under ``envoy_picker``.
 """
@@ -33,6 +34,10 @@ class NullPicker(ext_proc_grpc.ExternalProcessorServicer):
             message = await context.read()
             if message is grpc.aio.EOF:
                 return
+            if message.observability_mode:  # the observer filter's: Envoy reads no reply
+                if message.response_body.end_of_stream:
+                    return  # the body's last chunk: done, as the picker is
+                continue
             await context.write(self._replies[message.WhichOneof("request")])
 
 

@@ -114,10 +114,12 @@ def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
             raise
     if name.startswith("envoy_picker"):  # Envoy carries the bytes, prefix-router epp decides
         picker, grpc_port = gateway.start_picker([upstream], "prefix_aware", logdir, cpus=sut)
-        try:  # _lean: the response body does not pass the picker (no usage read)
+        try:  # _lean: the response body does not reach the picker (no usage read);
+            # _inline: it passes the picker chunk by chunk (bench/gateway.py)
+            mode = name.removeprefix("envoy_picker").removeprefix("_") or "observed"
             config = gateway.envoy_config(
                 fleet.free_port(), fleet.free_port(), ("127.0.0.1", grpc_port), [upstream],
-                response_body="NONE" if name == "envoy_picker_lean" else "STREAMED")
+                mode=mode)
             return [gateway.start_envoy(config, logdir, cpus=sut), picker]
         except Exception:
             picker.stop()

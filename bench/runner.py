@@ -44,8 +44,8 @@ class RunConfig:
     router_url: str | None = None
     worker_urls: list[str] = field(default_factory=list)
     router_extra: list[str] = field(default_factory=list)
-    # the policy in prefix-router epp behind Envoy (bench/gateway.py): "" (no), "STREAMED"
-    # (response bodies pass the picker) or "NONE" (lean)
+    # the policy in prefix-router epp behind Envoy (bench/gateway.py): "" (no), or the
+    # gateway mode: "observed" (as shipped), "lean" or "inline"
     gateway: str = ""
     label: str = ""
     out: Path | None = None
@@ -177,7 +177,7 @@ def start_system(cfg: RunConfig, requests: list[BenchRequest], blocks: int, logd
         procs.append(picker)
         envoy = gateway.start_envoy(gateway.envoy_config(
             fleet.free_port(), fleet.free_port(), ("127.0.0.1", grpc_port), worker_urls,
-            response_body=cfg.gateway), logdir)
+            mode=cfg.gateway), logdir)
         procs.append(envoy)
         return SystemUnderTest(envoy.url, worker_urls, picker.popen.pid, ids)
     router = fleet.start_router(worker_urls, cfg.policy, logdir, epsilon=cfg.epsilon,

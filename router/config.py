@@ -208,6 +208,10 @@ class RouterConfig:
                          lambda v: 0 <= v < 65536, "must be a TCP port")
     epp_fail_open: bool = _opt(False, "endpoint-picker mode: on a picker fault, let the gateway "
                                "place the request itself (else a 503)")
+    epp_observe_grace_s: float = _opt(5.0, "endpoint-picker mode with Envoy's observer "
+                                      "filter: how long after a request's end its observed "
+                                      "response body may still arrive before the request's "
+                                      "accounting ends without it", *_POSITIVE)
     inference_pool: str = _opt("", "endpoint-picker mode: take workers from the ready pods of "
                                "this InferencePool, read from the Kubernetes API")
     kube_api_url: str = _opt("", "Kubernetes API server (empty: in-cluster, from "

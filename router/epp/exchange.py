@@ -4,14 +4,20 @@ request headers -> request body: decide (router/server/decide.py, as the proxy d
 answer with the ranked endpoints; the primary's Attempt starts (pending prefill).
 response headers: which endpoint served (a fallback when the primary failed before its
 first byte: the primary's try ends as a failure, the fallback's begins) and its status.
-response body: the first chunk is the first byte (residency recorded, pending -> decoding),
-each chunk is scanned for usage, the last ends the try; ``pipeline.complete`` learns from
-it exactly as after a proxied request. ``close`` runs whatever way the stream ends, so a
-client that goes away or a gateway that drops the stream leaves no phantom load.
+response body, in line (the picking filter streams it) or observed (Envoy's observer
+filter sends it on a stream of its own, router/epp/observe.py, without waiting): the first
+chunk is the first byte (residency recorded, pending -> decoding), each chunk is scanned
+for usage, the last ends the try; ``pipeline.complete`` learns from it exactly as after a
+proxied request. With neither (lean) the response headers are the first byte.
+``data_path_over`` runs whatever way the picking stream ends (the request is over, or the
+client went away): it ends the exchange, or, while an observation is still due, gives it
+``--epp-observe-grace-s`` more, so a lagging or lost observation delays the accounting's
+end, never leaks phantom load.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 
@@ -20,6 +26,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from router.client.contract import CONTEXT_HASH_HEADER
 from router.epp import protocol
+from router.epp.observe import Observations
 from router.routing.accounting import Attempt
 from router.routing.candidate import Candidate
 from router.routing.errors import Rejected
@@ -34,9 +41,15 @@ Reply = ext_proc.ProcessingResponse
 
 
 class Exchange:
-    def __init__(self, state: RouterState, fail_open: bool) -> None:
+    def __init__(self, state: RouterState, fail_open: bool, observations: Observations,
+                 observer: bool) -> None:
+        """``observer``: the gateway declared an observer filter for response bodies."""
         self._state = state
         self._fail_open = fail_open
+        self._observations = observations
+        self._observed = observer  # the body will come on an observer stream
+        self._exchange_id = ""
+        self._grace: asyncio.TimerHandle | None = None
         self._started = time.perf_counter()
         self._path = ""
         self._context_hash: str | None = None
@@ -48,14 +61,16 @@ class Exchange:
         self._reason = "none"
         self._attempts: list[Attempt] = []
         self._status = 0
+        self._headers_at: float | None = None  # when the response headers came
         self._closed = False
-        self._body_follows = True  # response body chunks will come (else: first byte = headers)
+        self._inline = True  # response body chunks come on this stream
 
     async def handle(self, message: ext_proc.ProcessingRequest) -> Reply:
         kind = message.WhichOneof("request")
         if message.HasField("protocol_config"):  # the first message says what will follow
-            self._body_follows = message.protocol_config.response_body_mode != \
+            self._inline = message.protocol_config.response_body_mode != \
                 processing_mode_pb2.ProcessingMode.NONE
+            self._observed = self._observed and not self._inline
         if kind == "request_headers":
             return self._request_headers(message)
         if kind == "request_body":
@@ -125,7 +140,9 @@ class Exchange:
         self._ranked = tries
         self._reason = decision.reason
         self._begin(tries[0], stream)
-        return protocol.pick(address(c.worker.url) for c in tries)
+        if self._observed:
+            self._exchange_id = self._observations.open(self)
+        return protocol.pick((address(c.worker.url) for c in tries), self._exchange_id)
 
     def _refuse(self, exc: Rejected) -> Reply:
         metrics = self._state.metrics
@@ -140,6 +157,7 @@ class Exchange:
 
     # -- response --------------------------------------------------------------------
     def _response_headers(self, message: ext_proc.ProcessingRequest) -> Reply:
+        self._headers_at = self._state.pipeline.clock()
         status = protocol.headers(message.response_headers).get(":status", "0")
         self._status = int(status) if status.isdigit() else 0
         served = protocol.served_endpoint(message)
@@ -158,7 +176,7 @@ class Exchange:
                 current.worker.breaker.on_failure()
             else:
                 current.worker.breaker.on_success()
-        if message.response_headers.end_of_stream or not self._body_follows:
+        if message.response_headers.end_of_stream or not (self._inline or self._observed):
             self._first_byte()  # no body to wait for: the answer has begun
         if message.response_headers.end_of_stream:
             self.close()
@@ -176,9 +194,45 @@ class Exchange:
             self.close()
         return protocol.CONTINUE_RESPONSE_BODY
 
-    def _first_byte(self) -> None:
+    # -- observed response body (router/epp/observe.py) ------------------------------------
+    def observe(self, body: ext_proc.HttpBody) -> None:
+        if self._closed:
+            return
+        if body.end_of_stream:
+            self._state.metrics.epp_observations.labels("observed").inc()
+        self._response_body(body)
+
+    def observation_over(self) -> None:
+        """The observer stream ended, with or without the body's last chunk."""
+        if not self._closed:
+            self._state.metrics.epp_observations.labels("cut").inc()
+        self.close()
+
+    def data_path_over(self) -> None:
+        """The picking stream ended: Envoy is done with the request (or the client left)."""
+        if self._closed:
+            return
+        if not self._exchange_id:
+            self.close()
+            return
+        # the observation may still be on its way: the picker reads it behind Envoy
+        self._grace = asyncio.get_running_loop().call_later(
+            self._state.config.epp_observe_grace_s, self._expire)
+
+    def _expire(self) -> None:
+        """No observed end by the grace: end without it. A 2xx was served, so the prompt
+        was computed there (residency); if this picker never saw the first chunk, the
+        response headers stand for it, as in lean mode."""
+        if self._closed:
+            return
+        self._state.metrics.epp_observations.labels("expired").inc()
+        if 200 <= self._status < 300:
+            self._first_byte(self._headers_at)
+        self.close()
+
+    def _first_byte(self, now: float | None = None) -> None:
         if self._attempts and not self._attempts[-1].ended:
-            self._attempts[-1].first_byte()
+            self._attempts[-1].first_byte(now)
 
     # -- accounting --------------------------------------------------------------------
     def _begin(self, candidate: Candidate, stream: bool) -> None:
@@ -202,6 +256,10 @@ class Exchange:
         if self._closed:
             return
         self._closed = True
+        if self._exchange_id:
+            self._observations.forget(self._exchange_id)
+            if self._grace is not None:
+                self._grace.cancel()
         for attempt in self._attempts:
             self._end(attempt)
         if not self._attempts:

@@ -10,6 +10,11 @@ Gateway API Inference Extension, docs/proposals/004-endpoint-picker-protocol:
   ``x-gateway-destination-endpoint-served`` (this picker also reads Envoy's
   ``upstream.address`` attribute, which needs no gateway support);
 - no ready endpoint is a 503 and a dropped request a 429, both as an ImmediateResponse.
+
+This picker's own addition (router/epp/observe.py): each pick also names its exchange in
+metadata ``prefix_router.epp`` / ``exchange``, so that a second ext_proc filter in
+observability mode, which forwards that namespace with each response body chunk, can feed
+the answer back to the exchange without Envoy waiting on the picker for it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ SUBSET_KEY = "x-gateway-destination-endpoint-subset"
 SERVED_KEY = "x-gateway-destination-endpoint-served"
 ATTRIBUTES_NAMESPACE = "envoy.filters.http.ext_proc"
 UPSTREAM_ADDRESS = "upstream.address"
+EXCHANGE_NAMESPACE = "prefix_router.epp"
+EXCHANGE_KEY = "exchange"
 
 CONTINUE_HEADERS = ext_proc.ProcessingResponse(request_headers=ext_proc.HeadersResponse())
 CONTINUE_RESPONSE_HEADERS = ext_proc.ProcessingResponse(
@@ -66,15 +73,27 @@ def served_endpoint(request: ext_proc.ProcessingRequest) -> str | None:
     return None
 
 
-def pick(endpoints: Iterable[str]) -> ext_proc.ProcessingResponse:
-    """The answer to the request body: where to send it, in the header and the metadata."""
+def pick(endpoints: Iterable[str], exchange: str = "") -> ext_proc.ProcessingResponse:
+    """The answer to the request body: where to send it, in the header and the metadata;
+    ``exchange``: the id an observer filter's messages will carry back."""
     value = ",".join(endpoints)
     metadata = struct_pb2.Struct()
     metadata.fields[LB_NAMESPACE].struct_value.fields[DESTINATION].string_value = value
+    if exchange:
+        metadata.fields[EXCHANGE_NAMESPACE].struct_value.fields[EXCHANGE_KEY].string_value = \
+            exchange
     common = ext_proc.CommonResponse(
         header_mutation=ext_proc.HeaderMutation(set_headers=[_header(DESTINATION, value)]))
     return ext_proc.ProcessingResponse(request_body=ext_proc.BodyResponse(response=common),
                                        dynamic_metadata=metadata)
+
+
+def exchange_id(request: ext_proc.ProcessingRequest) -> str:
+    """The exchange a forwarded ``prefix_router.epp`` namespace names ("" when none)."""
+    namespace = request.metadata_context.filter_metadata.get(EXCHANGE_NAMESPACE)
+    if namespace is None or EXCHANGE_KEY not in namespace.fields:
+        return ""
+    return namespace.fields[EXCHANGE_KEY].string_value
 
 
 def response_headers(extra: Mapping[str, str]) -> ext_proc.ProcessingResponse:

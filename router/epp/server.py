@@ -16,6 +16,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_gr
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from router.epp.exchange import Exchange
+from router.epp.observe import OBSERVER_METADATA, Observations
 from router.server.state import ROUTER, RouterState
 
 log = logging.getLogger(__name__)
@@ -23,22 +24,31 @@ EXT_PROC_SERVICE = "envoy.service.ext_proc.v3.ExternalProcessor"
 
 
 class Picker(ext_proc_grpc.ExternalProcessorServicer):
-    """One ext_proc stream per HTTP request; each message answered in order."""
+    """One ext_proc stream per HTTP request and filter: the picking filter's (each message
+    answered in order), or the observer filter's (observability mode: read, not answered)."""
 
     def __init__(self, state: RouterState) -> None:
         self._state = state
+        self._observations = Observations(state.metrics)
 
     async def Process(self, request_iterator: object,
                       context: grpc.aio.ServicerContext) -> None:
-        exchange = Exchange(self._state, self._state.config.epp_fail_open)
+        message = await context.read()
+        if message is grpc.aio.EOF:
+            return
+        if message.observability_mode:
+            await self._observations.follow(message, context)
+            return
+        observer = any(key == OBSERVER_METADATA for key, _ in
+                       context.invocation_metadata() or ())
+        exchange = Exchange(self._state, self._state.config.epp_fail_open,
+                            self._observations, observer)
         try:
-            while True:
-                message = await context.read()
-                if message is grpc.aio.EOF:
-                    return
+            while message is not grpc.aio.EOF:
                 await context.write(await exchange.handle(message))
+                message = await context.read()
         finally:
-            exchange.close()
+            exchange.data_path_over()
 
 
 class Health(health_pb2_grpc.HealthServicer):

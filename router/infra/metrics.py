@@ -30,6 +30,13 @@ class RouterMetrics:
                                       "their first byte, by outcome: resumed on another "
                                       "worker, complete (nothing was missing), limit, "
                                       "tool_calls, no_worker", ["outcome"], registry=r)
+        self.epp_observations = Counter("prefix_router_epp_observations", "Endpoint-picker "
+                                        "exchanges by how their observed response body "
+                                        "ended: observed (to its last chunk), cut (the "
+                                        "observer stream ended first), expired (no end by "
+                                        "the grace), unmatched (no open exchange had its "
+                                        "id)",
+                                        ["outcome"], registry=r)
         self.hedges = Counter("prefix_router_hedges", "Requests also sent to the next worker "
                               "because their first byte was late (sent), and those the "
                               "second worker answered first (won)", ["outcome"], registry=r)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,7 @@ class Gateway:
     picker: fleet.Proc
     grpc_port: int
     envoys: dict[str, fleet.Proc] = field(default_factory=dict)  # "closed"/"open" -> Envoy
+    admins: dict[str, str] = field(default_factory=dict)  # the same keys -> admin URL
 
     @property
     def url(self) -> str:
@@ -61,6 +64,26 @@ class Gateway:
                 total += float(m.group(2))
         return total
 
+    def settled_metric(self, name: str, want: float, **labels: str) -> float:
+        """The picker's metric once it reads ``want``, or its last value after 15 s: the
+        picker may read an answer's end (Envoy's stream close, the observer's last chunk)
+        a moment after the client has it."""
+        deadline = time.monotonic() + 15
+        while (value := self.picker_metric(name, **labels)) != want and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        return value
+
+    def quiet(self) -> None:
+        """Wait until the picker has ended every exchange (earlier tests' included)."""
+        self.settled_metric("prefix_router_worker_in_flight", 0)
+
+    def envoy_stat(self, name: str, envoy: str = "closed") -> float:
+        """One of Envoy's own counters, from its admin /stats."""
+        with urllib.request.urlopen(self.admins[envoy] + "/stats", timeout=5) as resp:
+            stats = dict(line.rpartition(": ")[::2] for line in resp.read().decode().splitlines())
+        return float(stats[name])
+
     def stop(self) -> None:
         for proc in [*self.envoys.values(), self.picker, *(s.proc for s in self.sims)]:
             proc.stop()
@@ -68,7 +91,10 @@ class Gateway:
 
 def start_gateway(logdir: Path, workers: int = 3, picker_args: tuple[str, ...] = (),
                   fail_modes: tuple[str, ...] = ("closed",),
-                  response_body: str = "STREAMED") -> Gateway:
+                  mode: str = "observed", time_scale: float = 0.001,
+                  edit: Callable[[dict[str, Any]], None] | None = None) -> Gateway:
+    """``mode``: bench/gateway.py's (observed as shipped, lean, inline); ``edit`` changes
+    the Envoy config before Envoy starts."""
     sims: list[Sim] = []
     started: list[fleet.Proc] = []
     try:
@@ -76,7 +102,7 @@ def start_gateway(logdir: Path, workers: int = 3, picker_args: tuple[str, ...] =
             port = fleet.free_port()
             proc = fleet.spawn(f"w{i}", [sys.executable, "-m", "engine_worker.sim", "--host",
                                          "127.0.0.1", "--port", str(port), "--model", MODEL,
-                                         "--time-scale", "0.001", "--seed", str(i),
+                                         "--time-scale", str(time_scale), "--seed", str(i),
                                          "--log-level", "WARNING"],
                                f"http://127.0.0.1:{port}", logdir)
             started.append(proc)
@@ -88,13 +114,16 @@ def start_gateway(logdir: Path, workers: int = 3, picker_args: tuple[str, ...] =
             extra=["--health-interval-s", "0.2", *picker_args])
         started.append(picker)
         gw = Gateway(sims, picker, grpc_port)
-        for mode in fail_modes:
+        for fail in fail_modes:
             config = gateway.envoy_config(fleet.free_port(), fleet.free_port(),
                                           ("127.0.0.1", grpc_port), [s.url for s in sims],
-                                          fail_open=mode == "open",
-                                          response_body=response_body)
-            gw.envoys[mode] = gateway.start_envoy(config, logdir, f"envoy-{mode}")
-            started.append(gw.envoys[mode])
+                                          fail_open=fail == "open", mode=mode)
+            if edit is not None:
+                edit(config)
+            admin = config["admin"]["address"]["socket_address"]["port_value"]
+            gw.admins[fail] = f"http://127.0.0.1:{admin}"
+            gw.envoys[fail] = gateway.start_envoy(config, logdir, f"envoy-{fail}")
+            started.append(gw.envoys[fail])
         return gw
     except BaseException:
         for proc in started:

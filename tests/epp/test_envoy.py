@@ -13,6 +13,9 @@ import pytest
 
 from tests.epp.conftest import MODEL, Gateway, start_gateway
 
+OBSERVED = "prefix_router_epp_observations_total"
+USAGE_READ = "prefix_router_cache_prediction_error_ratio_count"  # one per answer with usage
+
 WORDS = ("kernel", "cache", "block", "prefix", "router", "worker", "engine", "token", "vector",
          "retrieval")
 
@@ -37,6 +40,21 @@ def complete(url: str, text: str, **extra: object) -> tuple[int, dict[str, str],
     return post(url, {"model": MODEL, "prompt": text, "max_tokens": 4, **extra})
 
 
+def stream_body(tokens: int, text: str) -> dict:
+    return {"model": MODEL, "prompt": text, "max_tokens": tokens, "stream": True,
+            "stream_options": {"include_usage": True}}
+
+
+def events(body: bytes) -> tuple[list[dict], str]:
+    """The stream's JSON chunks, and its last event."""
+    found = [e[len("data: "):] for e in body.decode().split("\n\n") if e]
+    return [json.loads(e) for e in found[:-1]], found[-1]
+
+
+def token_chunks(chunks: list[dict]) -> list[dict]:
+    return [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] is None]
+
+
 def test_requests_land_on_the_worker_the_picker_chose(shared_gateway: Gateway) -> None:
     gw = shared_gateway
     before = gw.served()
@@ -57,17 +75,17 @@ def test_stream_passes_every_event(shared_gateway: Gateway) -> None:
         "model": MODEL, "prompt": prompt(7), "max_tokens": 12, "stream": True,
         "stream_options": {"include_usage": True}})
     assert status == 200 and headers["content-type"].startswith("text/event-stream")
-    events = [e[len("data: "):] for e in body.decode().split("\n\n") if e]
-    assert events[-1] == "[DONE]"
-    chunks = [json.loads(e) for e in events[:-1]]
-    tokens = [c for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] is None]
-    assert len(tokens) == 12
+    chunks, last = events(body)
+    assert last == "[DONE]"
+    assert len(token_chunks(chunks)) == 12
     assert chunks[-1]["usage"]["completion_tokens"] == 12
 
 
 def test_same_context_goes_to_the_same_warm_worker(shared_gateway: Gateway) -> None:
     gw = shared_gateway
     text = prompt(42, words=1200)
+    gw.quiet()
+    before = gw.picker_metric("prefix_router_cached_tokens_actual_total")
     workers, cached = set(), []
     for _ in range(4):
         status, headers, body = complete(gw.url, text)
@@ -76,18 +94,21 @@ def test_same_context_goes_to_the_same_warm_worker(shared_gateway: Gateway) -> N
         cached.append(json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"])
     assert len(workers) == 1
     assert cached[0] == 0 and all(c > 0 for c in cached[1:])  # the engine's own cache hits
-    # the picker read the usage off the response bodies, as the proxy does
-    assert gw.picker_metric("prefix_router_cached_tokens_actual_total") >= sum(cached)
+    # the picker read the usage off the (observed) response bodies, as the proxy does
+    name = "prefix_router_cached_tokens_actual_total"
+    assert gw.settled_metric(name, before + sum(cached)) == before + sum(cached)
 
 
 def test_picker_metrics_count_decisions(shared_gateway: Gateway) -> None:
     gw = shared_gateway
+    gw.quiet()
     before = gw.picker_metric("prefix_router_routing_decisions_total")
     for seed in range(3):
         assert complete(gw.url, prompt(300 + seed))[0] == 200
-    assert gw.picker_metric("prefix_router_routing_decisions_total") == before + 3
-    served = gw.picker_metric("prefix_router_requests_total", status="200")
-    assert served == sum(gw.served().values())  # every answer the engines gave was counted
+    assert gw.settled_metric("prefix_router_routing_decisions_total", before + 3) == before + 3
+    engines = sum(gw.served().values())
+    # every answer the engines gave was counted
+    assert gw.settled_metric("prefix_router_requests_total", engines, status="200") == engines
 
 
 def test_bad_request_is_refused_by_the_picker_with_its_status(shared_gateway: Gateway) -> None:
@@ -117,7 +138,7 @@ def test_dead_primary_is_retried_on_the_fallback(tmp_path) -> None:
         assert fallback != home.name and headers["x-prefix-router-reason"] == "failover"
         assert gw.sim(fallback).counter("vllm:request_success_total") == others[fallback] + 1
         assert gw.picker_metric("prefix_router_retries_total", cause="gateway_failover") == 1
-        assert gw.picker_metric("prefix_router_worker_in_flight", worker=home.name) == 0
+        assert gw.settled_metric("prefix_router_worker_in_flight", 0, worker=home.name) == 0
     finally:
         gw.stop()
 
@@ -143,9 +164,10 @@ def test_picker_down_fails_closed_or_open_as_configured(picker_down: Gateway) ->
 
 
 def test_lean_mode_still_ends_each_request_and_keeps_contexts_warm(tmp_path) -> None:
-    """Response bodies bypass the picker (response_body_mode NONE): Envoy closing the
-    ext_proc stream is the end of the request, the response headers its first byte."""
-    gw = start_gateway(tmp_path, workers=2, response_body="NONE")
+    """Response bodies bypass the picker (no observer filter, response_body_mode NONE):
+    Envoy closing the ext_proc stream is the end of the request, the response headers its
+    first byte."""
+    gw = start_gateway(tmp_path, workers=2, mode="lean")
     try:
         text = prompt(11, words=1200)
         workers, reasons = set(), []
@@ -157,9 +179,9 @@ def test_lean_mode_still_ends_each_request_and_keeps_contexts_warm(tmp_path) -> 
             reasons.append(headers["x-prefix-router-reason"])
         assert len(workers) == 1 and reasons[1:] == ["warm", "warm"]
         worker = workers.pop()
-        assert gw.picker_metric("prefix_router_worker_in_flight", worker=worker) == 0
-        assert gw.picker_metric("prefix_router_requests_total", worker=worker,
-                                status="200") == 3
+        assert gw.settled_metric("prefix_router_worker_in_flight", 0, worker=worker) == 0
+        assert gw.settled_metric("prefix_router_requests_total", 3, worker=worker,
+                                 status="200") == 3
         assert gw.picker_metric("prefix_router_cached_tokens_actual_total") == 0  # no usage
     finally:
         gw.stop()
@@ -178,3 +200,129 @@ def test_requests_without_a_keyed_body_go_to_the_least_loaded_worker(shared_gate
             assert resp.headers["x-prefix-router-reason"] == "least_loaded"
     status, headers, _ = complete(gw.url, prompt(77))
     assert status == 200 and headers["x-prefix-router-reason"] != "least_loaded"
+
+
+def test_response_bodies_reach_the_picker_off_the_data_path(shared_gateway: Gateway) -> None:
+    """The shipped config: the observer filter sends every response chunk to the picker in
+    observability mode; the picker never answers one, yet each response arrives whole and
+    the picker learns from each answer's usage."""
+    gw = shared_gateway
+    gw.quiet()
+    observed, usage_read = gw.picker_metric(OBSERVED, outcome="observed"), \
+        gw.picker_metric(USAGE_READ)
+    sent = gw.envoy_stat("http.inference.ext_proc.observer.stream_msgs_sent")
+    for seed in range(4):
+        status, _, body = post(gw.url, stream_body(20, prompt(500 + seed)))
+        chunks, last = events(body)
+        assert status == 200 and last == "[DONE]" and len(token_chunks(chunks)) == 20
+    assert gw.settled_metric(OBSERVED, observed + 4, outcome="observed") == observed + 4
+    assert gw.settled_metric(USAGE_READ, usage_read + 4) == usage_read + 4
+    assert gw.envoy_stat("http.inference.ext_proc.observer.stream_msgs_sent") >= sent + 4
+    # no reply ever reached Envoy on the observer's streams: it waited for none
+    assert gw.envoy_stat("http.inference.ext_proc.observer.stream_msgs_received") == 0
+    assert gw.picker_metric(OBSERVED, outcome="unmatched") == 0
+    assert gw.picker_metric(OBSERVED, outcome="expired") == 0
+
+
+def observer_filter(config: dict) -> dict:
+    manager = config["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0][
+        "typed_config"]
+    return next(f["typed_config"] for f in manager["http_filters"]
+                if f["typed_config"].get("observability_mode"))
+
+
+def long_observation(config: dict) -> None:
+    """Envoy keeps a finished request's observer stream open for 120 s."""
+    observer_filter(config)["deferred_close_timeout"] = "120s"
+
+
+def test_envoy_does_not_wait_on_a_frozen_picker_for_response_chunks(tmp_path) -> None:
+    """The picker is stopped (SIGSTOP) once the pick and the response headers are done:
+    the stream still reaches the client whole, at the engine's pace, and the picker,
+    thawed, reads the observation behind Envoy and still learns from it. With the body in
+    line (each chunk waiting on the picker) the stream would stall and Envoy cut it at its
+    5 s message timeout."""
+    # ~7 ms a token: ~1.4 s frozen; a long grace on both sides however slow CI is
+    gw = start_gateway(tmp_path, workers=1, time_scale=1.0,
+                       picker_args=("--epp-observe-grace-s", "120"), edit=long_observation)
+    try:
+        usage_read = gw.picker_metric(USAGE_READ)
+        req = urllib.request.Request(
+            gw.url + "/v1/completions", data=json.dumps(stream_body(200, prompt(8))).encode(),
+            headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            first = resp.readline()  # the first token's event: the picker has answered
+            os.kill(gw.picker.popen.pid, signal.SIGSTOP)
+            try:
+                rest = resp.read()
+            finally:
+                os.kill(gw.picker.popen.pid, signal.SIGCONT)
+        chunks, last = events(first + rest)
+        assert last == "[DONE]" and len(token_chunks(chunks)) == 200
+        assert gw.settled_metric(USAGE_READ, usage_read + 1) == usage_read + 1
+        assert gw.settled_metric(OBSERVED, 1, outcome="observed") == 1
+        assert gw.settled_metric("prefix_router_worker_in_flight", 0) == 0
+        assert gw.envoy_stat("http.inference.ext_proc.picker.message_timeouts") == 0
+    finally:
+        gw.stop()
+
+
+def dead_observer(config: dict) -> None:
+    """Point the observer filter at a port nobody listens on: every observation is lost."""
+    resources = config["static_resources"]
+    observer_filter(config)["grpc_service"]["envoy_grpc"]["cluster_name"] = "nobody"
+    resources["clusters"].append({"name": "nobody", "type": "STATIC", "connect_timeout": "1s",
+                                  "typed_extension_protocol_options": resources["clusters"][0][
+                                      "typed_extension_protocol_options"],
+                                  "load_assignment": {"cluster_name": "nobody", "endpoints": [
+                                      {"lb_endpoints": [{"endpoint": {"address": {
+                                          "socket_address": {"address": "127.0.0.1",
+                                                             "port_value": 9}}}}]}]}})
+
+
+def test_lost_observations_still_end_each_request(tmp_path) -> None:
+    """The observer's streams fail: requests are served all the same, the picker ends
+    each one's accounting after its grace (no phantom load), keeps the context warm on
+    the worker that served it, and has no usage to learn from."""
+    gw = start_gateway(tmp_path, workers=2, picker_args=("--epp-observe-grace-s", "0.5"),
+                       edit=dead_observer)
+    try:
+        text = prompt(13, words=1200)
+        reasons, workers = [], set()
+        for _ in range(3):
+            status, headers, body = post(gw.url, stream_body(6, text))
+            assert status == 200 and events(body)[1] == "[DONE]"
+            workers.add(headers["x-prefix-router-worker"])
+            reasons.append(headers["x-prefix-router-reason"])
+            gw.quiet()  # the grace passes: the next pick sees the engine's cache
+        assert len(workers) == 1 and reasons[1:] == ["warm", "warm"]
+        assert gw.settled_metric(OBSERVED, 3, outcome="expired") == 3
+        assert gw.picker_metric(OBSERVED, outcome="observed") == 0
+        assert gw.picker_metric(USAGE_READ) == 0
+        assert gw.settled_metric("prefix_router_requests_total", 3, status="200") == 3
+        assert gw.envoy_stat("cluster.nobody.upstream_cx_connect_fail") >= 1  # Envoy tried
+    finally:
+        gw.stop()
+
+
+def test_inline_bodies_as_gie_gateways_send_them_are_learned_from(tmp_path) -> None:
+    """No observer filter, the picking filter streams the body (what a GIE gateway's
+    Envoy sends): the picker reads usage in line and answers each chunk."""
+    gw = start_gateway(tmp_path, workers=2, mode="inline")
+    try:
+        text = prompt(17, words=1200)
+        cached = []
+        for _ in range(3):
+            status, _, body = post(gw.url, stream_body(6, text))
+            chunks, last = events(body)
+            assert status == 200 and last == "[DONE]"
+            cached.append(chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"])
+        assert cached[0] == 0 and all(c > 0 for c in cached[1:])
+        name = "prefix_router_cached_tokens_actual_total"
+        assert gw.settled_metric(name, sum(cached)) == sum(cached)
+        assert gw.settled_metric("prefix_router_worker_in_flight", 0) == 0
+        assert gw.picker_metric(OBSERVED) == 0  # nothing came the observer's way
+        # Envoy waited on a reply for every chunk
+        assert gw.envoy_stat("http.inference.ext_proc.picker.stream_msgs_received") > 3 * 3
+    finally:
+        gw.stop()

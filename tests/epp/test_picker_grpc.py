@@ -1,5 +1,6 @@
 """The picker's side of the protocol, spoken to it directly over gRPC (no Envoy): the
-subset hint, the destination header and metadata agreeing, refusals, health."""
+subset hint, the destination header and metadata agreeing, refusals, health, and an
+observer stream that arrives after the picking stream has ended."""
 
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from router.epp import protocol
+from router.epp.observe import OBSERVER_METADATA
 from router.server.decide import address
 from tests.epp.conftest import MODEL, Gateway, start_gateway
 
 
 @pytest.fixture(scope="module")
 def picker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    gw = start_gateway(tmp_path_factory.mktemp("picker"), fail_modes=())
+    # a long grace: an exchange waiting for its observation stays open however slow CI is
+    gw = start_gateway(tmp_path_factory.mktemp("picker"), fail_modes=(),
+                       picker_args=("--epp-observe-grace-s", "120"))
     yield gw
     gw.stop()
 
@@ -107,3 +112,58 @@ async def test_grpc_health_services(picker: Gateway) -> None:
         for service in ("liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor"):
             reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
+def observation(exchange: str, body: bytes) -> ext_proc.ProcessingRequest:
+    """What Envoy's observer filter sends: the body, the pick's metadata, no reply wanted."""
+    message = ext_proc.ProcessingRequest(
+        response_body=ext_proc.HttpBody(body=body, end_of_stream=True),
+        observability_mode=True)
+    message.metadata_context.filter_metadata[protocol.EXCHANGE_NAMESPACE].fields[
+        protocol.EXCHANGE_KEY].string_value = exchange
+    return message
+
+
+async def test_observation_after_the_picking_stream_ended_is_still_learned(
+        picker: Gateway) -> None:
+    """A picker reading behind Envoy gets a request's end (its picking stream closes)
+    before the observed body: it keeps the exchange open for it, then learns its usage
+    and ends it; the same observation again finds nothing open."""
+    usage_read = picker.picker_metric("prefix_router_cache_prediction_error_ratio_count")
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{picker.grpc_port}") as channel:
+        stub = ext_proc_grpc.ExternalProcessorStub(channel)
+        call = stub.Process(metadata=((OBSERVER_METADATA, "response-body"),))
+        await call.write(request_headers())
+        await call.read()
+        await call.write(body({"model": MODEL, "prompt": "observed " * 60}))
+        pick = await call.read()
+        meta = pick.dynamic_metadata.fields[protocol.EXCHANGE_NAMESPACE].struct_value
+        exchange = meta.fields[protocol.EXCHANGE_KEY].string_value
+        endpoint = destination(pick)[0].split(",")[0]
+        worker = next(s.name for s in picker.sims if address(s.url) == endpoint)
+        served = ext_proc.ProcessingRequest(response_headers=ext_proc.HttpHeaders(
+            headers=base_pb2.HeaderMap(headers=[
+                base_pb2.HeaderValue(key=":status", raw_value=b"200")])))
+        served.attributes[protocol.ATTRIBUTES_NAMESPACE].fields[
+            protocol.UPSTREAM_ADDRESS].string_value = endpoint
+        await call.write(served)
+        await call.read()
+        await call.done_writing()
+        assert await call.code() == grpc.StatusCode.OK  # the picker has seen the end
+        assert picker.picker_metric("prefix_router_worker_in_flight", worker=worker) == 1
+
+        answer = json.dumps({"object": "text_completion", "choices": [], "usage": {
+            "prompt_tokens": 61, "completion_tokens": 4, "total_tokens": 65,
+            "prompt_tokens_details": {"cached_tokens": 0}}}).encode()
+        for _ in range(2):  # no reply is written on an observer stream: it just ends
+            observer = stub.Process()
+            await observer.write(observation(exchange, answer))
+            await observer.done_writing()
+            assert await observer.code() == grpc.StatusCode.OK
+    assert picker.settled_metric("prefix_router_worker_in_flight", 0, worker=worker) == 0
+    assert picker.picker_metric("prefix_router_cache_prediction_error_ratio_count") == \
+        usage_read + 1
+    assert picker.picker_metric("prefix_router_epp_observations_total",
+                                outcome="observed") == 1
+    assert picker.picker_metric("prefix_router_epp_observations_total",
+                                outcome="unmatched") == 1
