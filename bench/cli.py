@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     _fleet_args(off)
     off.add_argument("--policies", default="predicted_ttft,llmd_weighted,consistent_hash,"
                      "least_loaded,round_robin,prefix_aware")
+    off.add_argument("--seeds", default=None,
+                     help="comma list of workload seeds (default: --seed): one table row per "
+                     "policy and seed, then the first policy's ratio to the best other at "
+                     "each percentile, per seed and as geometric means")
     rp = sub.add_parser("replot", help="table and plots again from a comparison's JSON files")
     rp.add_argument("--name", required=True, help="file stem, e.g. rag")
     rp.add_argument("--out-dir", type=Path, default=RESULTS)

@@ -242,21 +242,53 @@ def run(cfg: RunConfig) -> dict[str, Any]:
 
 
 def compare(args: argparse.Namespace) -> None:
-    """Every named policy on the same workload; a markdown table on stdout."""
+    """Every named policy on the same workload, for one seed or several; markdown on stdout.
+    Why several: a p99 over 1,200 requests is the 12th slowest, and one seed's workload can
+    favour one policy by a few per cent that the next seed takes back."""
     from bench.cli import run_config  # the live bench's options, shared
+    seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else [args.seed]
+    policies = args.policies.split(",")
     rows = []
-    for policy in args.policies.split(","):
-        result = run(run_config(args, policy=policy))
-        rows.append((policy, result))
-        print(f"[offline] {policy}: {orjson.dumps(result).decode()}", flush=True)
+    for seed in seeds:
+        args.seed = seed
+        for policy in policies:
+            result = run(run_config(args, policy=policy))
+            rows.append((policy, seed, result))
+            print(f"[offline] {policy} seed {seed}: {orjson.dumps(result).decode()}", flush=True)
     print(f"\n`python -m bench offline {' '.join(args.argv[1:])}`\n")
-    print("| policy | hit rate | % of fleet-LRU bound | TTFT p50 / p90 / p99 (ms) | "
+    print("| policy | seed | hit rate | % of fleet-LRU bound | TTFT p50 / p90 / p99 (ms) | "
           "max/mean busy | max/mean req | predicted TTFT error (median) |")
-    print("|---|---|---|---|---|---|---|")
-    for policy, r in rows:
+    print("|---|---|---|---|---|---|---|---|")
+    for policy, seed, r in rows:
         t = r["ttft_ms"]
         err = r["predicted_ttft_error_median"]
-        print(f"| {policy} | {r['hit_rate']:.1%} | {r['hit_rate'] / r['fleet_lru_bound']:.0%} | "
+        print(f"| {policy} | {seed} | {r['hit_rate']:.1%} | "
+              f"{r['hit_rate'] / r['fleet_lru_bound']:.0%} | "
               f"{t['p50']:,.0f} / {t['p90']:,.0f} / {t['p99']:,.0f} | "
               f"{r['busy_max_over_mean']:.2f} | {r['requests_max_over_mean']:.2f} | "
               f"{'–' if err is None else f'{err:.0%}'} |")
+    if len(policies) > 1:
+        print(ratio_lines(policies[0], rows))
+
+
+PERCENTILES = ("p50", "p90", "p99")
+
+
+def ratio_lines(first: str, rows: list[tuple[str, int, dict[str, Any]]]) -> str:
+    """``first``'s TTFT over the best other policy's, per seed and percentile (<= 1 beats
+    every other), and the geometric mean over seeds."""
+    seeds = sorted({seed for _, seed, _ in rows})
+    ratios = {q: [] for q in PERCENTILES}
+    lines = [f"\n{first} against the best other policy (TTFT ratio; <= 1.00 beats all):\n"]
+    for seed in seeds:
+        mine = next(r for p, s, r in rows if p == first and s == seed)["ttft_ms"]
+        others = [r["ttft_ms"] for p, s, r in rows if p != first and s == seed]
+        cells = []
+        for q in PERCENTILES:
+            ratio = mine[q] / min(o[q] for o in others)
+            ratios[q].append(ratio)
+            cells.append(f"{q} {ratio:.2f}")
+        lines.append(f"- seed {seed}: " + ", ".join(cells))
+    means = ", ".join(f"{q} {statistics.geometric_mean(ratios[q]):.3f}" for q in PERCENTILES)
+    lines.append(f"- geometric mean over {len(seeds)} seed(s): {means}")
+    return "\n".join(lines)

@@ -100,13 +100,17 @@ class RouterConfig:
     offload_weight: float = _opt(0.9, "precise mode: a block in an offload tier (CPU, disk) "
                                  "counts as this share of a cached block",
                                  lambda v: 0 <= v <= 1, "must be in [0, 1]")
-    attention_tokens: float = _opt(0.0, "predicted TTFT: context length at which a "
+    attention_tokens: float = _opt(32768.0, "predicted TTFT: context length at which a "
                                    "token's attention costs what its pass through the "
                                    "weights does, params / (2 x layers x width): ~30 k for "
                                    "Llama-3-8B, ~53 k for 70B; 0 prices prefill linearly",
                                    *_NON_NEGATIVE)
-    queue_drain: bool = _opt(False, "predicted TTFT: a worker's queue drains at its learned "
+    queue_drain: bool = _opt(True, "predicted TTFT: a worker's queue drains at its learned "
                              "rate between the answers that say where its engine is")
+    prefill_chunk_tokens: int = _opt(8192, "predicted_ttft: the engines' prefill step "
+                                     "(vLLM's --max-num-batched-tokens), to price the delay "
+                                     "a request causes the prompt queued before it; 0 off",
+                                     *_NON_NEGATIVE)
     decode_penalty_ms: float = _opt(1.0, "predicted TTFT added per request decoding on the "
                                     "worker", *_NON_NEGATIVE)
     min_match: int = _opt(1, "blocks a resident prefix must cover to count as warm", *_POSITIVE)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.offline import run
+from bench.offline import ratio_lines, run
 from bench.runner import RunConfig
 
 
@@ -28,6 +28,19 @@ def test_residency_routing_beats_round_robin_on_hits_and_ttft() -> None:
 
 
 def test_router_flags_reach_the_decision() -> None:
-    priced = run(config("predicted_ttft", router_extra=["--attention-tokens", "32768",
-                                                        "--queue-drain", "true"]))
-    assert priced != run(config("predicted_ttft"))
+    plain = run(config("predicted_ttft", router_extra=["--attention-tokens", "0",
+                                                       "--queue-drain", "false"]))
+    assert plain != run(config("predicted_ttft"))
+
+
+def test_ratio_lines_compare_the_first_policy_with_the_best_other_per_seed() -> None:
+    def row(policy: str, seed: int, p50: float, p90: float, p99: float):
+        return policy, seed, {"ttft_ms": {"p50": p50, "p90": p90, "p99": p99}}
+
+    rows = [row("mine", 0, 100, 200, 400), row("a", 0, 125, 180, 500),
+            row("b", 0, 110, 250, 800), row("mine", 1, 90, 200, 450), row("a", 1, 100, 160, 500),
+            row("b", 1, 120, 400, 300)]
+    text = ratio_lines("mine", rows)
+    assert "- seed 0: p50 0.91, p90 1.11, p99 0.80" in text  # best others: b, a, a
+    assert "- seed 1: p50 0.90, p90 1.25, p99 1.50" in text  # a, a, b
+    assert "p50 0.905, p90 1.179, p99 1.095" in text  # sqrt(0.909 x 0.9), ...

@@ -225,3 +225,21 @@ def test_a_prefix_most_workers_hold_does_not_starve_one_that_holds_none() -> Non
     opener = {w: 512.0 for w in others[:6]}  # everyone but the owner (and one more) has it
     fresh = PredictedTTFT().rank(req, annotate(workers, req, opener, {}))
     assert fresh.ranked[0].id == owner and fresh.reason == "ring"
+
+
+@pytest.mark.parametrize("chunk_tokens", [8192, 0])
+def test_a_request_does_not_delay_the_prompt_queued_on_a_worker_for_little_gain(
+        chunk_tokens: int) -> None:
+    """Prefill runs in steps of chunk_tokens, first come first served: a request joining a
+    worker that is finishing a 2,000-token prompt fills that prompt's last step with its
+    own 3,000 tokens, and the prompt's first token comes 0.15 s later. The warmer worker
+    is 0.05 s faster for this request alone, so the idle home keeps it; pricing off (0),
+    the warmer one takes it."""
+    workers = pool(4)
+    req = request("doc", tokens=6000)
+    policy = PredictedTTFT(chunk_tokens=chunk_tokens)
+    home = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
+    warmer = next(w for w in workers if w.id != home)
+    warmer.cost.pending = 1
+    decision = policy.rank(req, annotate(workers, req, {warmer.id: 3000}, {warmer.id: 2000}))
+    assert decision.ranked[0].id == (home if chunk_tokens else warmer.id)

@@ -28,6 +28,7 @@ class PolicyKnobs:
     cold_slack_s: float = 0.01
     replicate_cost: float = 1.0
     copy_share: float = 0.005
+    chunk_tokens: int = 8192
     replica_idle_s: float = 30.0
     hot_requests: int = 3
     min_match: int = 1
@@ -38,7 +39,8 @@ class PolicyKnobs:
         return cls(epsilon=config.bound_epsilon, margin=config.bound_margin,
                    slack_s=config.slack_s, slack_ratio=config.slack_ratio,
                    cold_slack_s=config.cold_slack_s, replicate_cost=config.replicate_cost,
-                   copy_share=config.copy_share, replica_idle_s=config.replica_idle_s,
+                   copy_share=config.copy_share, chunk_tokens=config.prefill_chunk_tokens,
+                   replica_idle_s=config.replica_idle_s,
                    hot_requests=config.hot_requests,
                    min_match=config.min_match, warm_ratio=config.warm_ratio)
 
@@ -51,6 +53,7 @@ def make_policy(name: str, knobs: PolicyKnobs | None = None,
         return PredictedTTFT(epsilon=k.epsilon, margin=k.margin, slack_s=k.slack_s,
                              slack_ratio=k.slack_ratio, cold_slack_s=k.cold_slack_s,
                              replicate_cost=k.replicate_cost, copy_share=k.copy_share,
+                             chunk_tokens=k.chunk_tokens,
                              replicas=ReplicaSets(idle_s=k.replica_idle_s,
                                                  hot_uses=k.hot_requests, clock=clock))
     if name == "prefix_aware":

@@ -21,6 +21,12 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
   the other must compute, at the other's rate) priced at ``replicate_cost`` x (1 + the
   requests waiting on that worker): the added work delays those queued behind it there,
   not the fleet's average queue (an idle worker's copy delays nobody yet).
+Every comparison above is on a candidate's *cost*: its predicted TTFT plus the delay this
+request's prefill causes the requests already queued there. An engine prefills in steps
+of at most ``chunk_tokens`` tokens, first come first served, so a new request's first
+tokens fill the rest of the step that finishes the queue's last prompt, and that prompt's
+first token comes as much later (offline, cold 9-15 k-token prompts predicted at ~350 ms
+took ~600: a follower filled their last step).
 The bounded-load guard stays hard: no candidate over ceil((1+eps)(L+1)/n) + margin is
 chosen while another is under it.
 """
@@ -38,20 +44,25 @@ from router.routing.replicas import ReplicaSets
 from router.routing.request import RoutingRequest
 
 
-def _ttft(c: Candidate) -> float:
-    return c.ttft_s
-
-
 def _cold(matched: Sequence[int]) -> bool:
     """No worker holds the prompt, or most hold its deepest held prefix (a system prompt):
     where a minority holds it, it is this context's, and the ring keeps replicas agreeing."""
     return matched[-1] == 0 or matched[(len(matched) - 1) // 2] >= matched[-1]
 
 
-def _start_s(c: Candidate) -> float:
-    """Predicted TTFT as if nothing were cached: for a cold context, the common prefix some
+def _start_s(c: Candidate, cost: float) -> float:
+    """Its cost as if nothing were cached: for a cold context, the common prefix some
     workers hold must not decide, or a worker that has served nothing never starts one."""
-    return c.ttft_s + c.cached_tokens / c.worker.cost.prefill.rate
+    return cost + c.cached_tokens / c.worker.cost.prefill.rate
+
+
+def _delay_caused_s(c: Candidate, chunk_tokens: float) -> float:
+    """How much later the last prompt queued on ``c`` gets its first token if this request
+    joins: its first tokens fill what the step finishing that prompt has left."""
+    if c.worker.cost.pending <= 0 or chunk_tokens <= 0:
+        return 0.0
+    room = chunk_tokens - c.queued_tokens % chunk_tokens
+    return min(c.prefill_work, room) / c.worker.cost.prefill.rate
 
 
 def _extra_prefill_s(moved: Candidate, kept: Candidate) -> float:
@@ -67,7 +78,8 @@ class PredictedTTFT:
     def __init__(self, epsilon: float = 0.25, margin: int = 4, slack_s: float = 0.05,
                  slack_ratio: float = 0.25, cold_slack_s: float = 0.01,
                  replicate_cost: float = 1.0, copy_share: float = 0.005,
-                 replicas: ReplicaSets | None = None, depth: int = 4) -> None:
+                 chunk_tokens: float = 8192.0, replicas: ReplicaSets | None = None,
+                 depth: int = 4) -> None:
         self.epsilon = epsilon
         self.margin = margin
         self.slack_s = slack_s
@@ -75,11 +87,21 @@ class PredictedTTFT:
         self.cold_slack_s = cold_slack_s
         self.replicate_cost = replicate_cost
         self.copy_share = copy_share
+        self.chunk_tokens = chunk_tokens
         self.replicas = replicas if replicas is not None else ReplicaSets()
         self.depth = depth
         self._rings = RingCache()
 
     def rank(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Decision:
+        chunk = self.chunk_tokens
+        costs = {c.id: c.ttft_s + _delay_caused_s(c, chunk) for c in candidates}
+
+        def cost(c: Candidate) -> float:
+            return costs[c.id]
+
+        def start(c: Candidate) -> float:
+            return _start_s(c, costs[c.id])
+
         eligible = under_bound(candidates, self.epsilon, self.margin)
         context = request.key.key
         live = self.replicas.live(context)
@@ -88,7 +110,7 @@ class PredictedTTFT:
         if not home:
             owner, reason = self._ring_owner(context, candidates, eligible)
             home = [owner]
-        stay = min(home, key=_ttft)
+        stay = min(home, key=cost)
         choice = stay
         # a worker holding more of the prompt consolidates the context: no slack needed. A
         # prefix most workers hold (a system prompt, a trace's shared opener) says nothing
@@ -97,18 +119,18 @@ class PredictedTTFT:
         matched = sorted(c.matched_blocks for c in candidates)
         common = matched[(len(matched) - 1) // 2]  # held by most (over half)
         warmer = [c for c in eligible if c.matched_blocks > max(stay.matched_blocks, common)]
-        if warmer and (closest := min(warmer, key=_ttft)).ttft_s < stay.ttft_s:
+        if warmer and cost(closest := min(warmer, key=cost)) < cost(stay):
             choice, reason = closest, "warm"
         elif not warmer and not live and _cold(matched):
-            soonest = min(eligible, key=_start_s)
-            if _start_s(soonest) + self.cold_slack_s < _start_s(stay):
+            soonest = min(eligible, key=start)
+            if start(soonest) + self.cold_slack_s < start(stay):
                 choice, reason = soonest, "cold"
         # a merely less busy one must beat the slack, or contexts would scatter
-        best = min(eligible, key=_ttft)
+        best = min(eligible, key=cost)
         copies = best.matched_blocks < choice.matched_blocks  # leaving a warmer worker
         if (not copies or self.replicas.is_hot(context) or self._small_copy(choice, best)) \
-                and best.ttft_s * (1 + self.slack_ratio) + self.slack_s \
-                + self._work_price(best) * _extra_prefill_s(best, choice) < choice.ttft_s:
+                and cost(best) * (1 + self.slack_ratio) + self.slack_s \
+                + self._work_price(best) * _extra_prefill_s(best, choice) < cost(choice):
             reason = "warm" if best.matched_blocks > stay.matched_blocks else "replicate"
             choice = best
         if choice is stay and reason == "warm" and stay.matched_blocks == 0:
