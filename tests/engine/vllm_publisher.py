@@ -47,7 +47,7 @@ class FakePublisher:
     def __init__(self, endpoint: str, replay_endpoint: str | None = None, topic: str = "kv",
                  buffer_steps: int = 10_000) -> None:
         self._ctx = zmq.asyncio.Context()
-        self.pub = self._ctx.socket(zmq.PUB)
+        self.pub = self._ctx.socket(zmq.XPUB)  # PUB on the wire; also reports subscriptions
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.bind(endpoint)
         self.replay = None
@@ -75,6 +75,16 @@ class FakePublisher:
         if self.replay is not None:
             self.replay.close(linger=0)
         self._ctx.term()
+
+    async def joined(self, within_s: float = 5.0) -> None:
+        """Wait until a subscription reaches this publisher. ZMQ drops what is published
+        before a subscriber has joined, and a test whose last live batch is dropped that way
+        has nothing after it to show the gap."""
+        while True:
+            if not await self.pub.poll(int(within_s * 1000)):
+                raise AssertionError("no subscriber joined")
+            if (await self.pub.recv())[:1] == b"\x01":
+                return
 
     async def publish(self, events: list[Any], drop: bool = False) -> int:
         """Send one batch (or only buffer it, as if PUB dropped it); its sequence number."""
