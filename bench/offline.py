@@ -128,7 +128,7 @@ class Fleet:
             else:
                 f.attempt.usage = Usage(stats.prompt_tokens, stats.cached_tokens)
                 f.attempt.end()
-                f.worker.in_flight -= 1
+                f.worker.finish()
                 self.pipeline.complete([f.attempt])
                 self.done.append(f)
             await asyncio.sleep(0)  # the residency store applies its batched records
@@ -146,7 +146,7 @@ class Fleet:
         index = self.workers.index(chosen.worker)
         engine = self.engines[index]
         attempt = self.pipeline.attempt(routed.routing, chosen, stream=True)
-        chosen.worker.in_flight += 1
+        chosen.worker.begin()
         engine.sim_now = max(engine.sim_now, now)  # an idle engine waits for the arrival
         handle = engine.add_request(self.tokenizer.encode(request.prompt), request.max_tokens)
         self.live[index].append(InFlight(request, chosen.worker, attempt, handle,

@@ -71,9 +71,10 @@ async def _one(n_workers: int, resident: int, decisions: int,
                         block_chars=BLOCK_CHARS, max_blocks=MAX_BLOCKS, key_blocks=KEY_BLOCKS)
 
     async def decide(prompt: bytes) -> tuple[Decision, int]:
-        candidates = pipeline.candidates(None)
-        request = await pipeline.key({}, "m", False, lambda _: prompt, None, candidates)
+        fleet = pipeline.fleet(None)
+        request = await pipeline.key({}, "m", False, lambda _: prompt, None, fleet)
         t_match = time.perf_counter_ns()
+        candidates = await pipeline.candidates(request, fleet)
         await pipeline.annotate(request, candidates)
         match = time.perf_counter_ns() - t_match
         return pipeline.rank(request, candidates), match

@@ -120,7 +120,8 @@ class Exchange:
         """No body this picker keys on (GET /v1/models, another API): the least-loaded
         worker. ``reply`` is a fresh message; the answer is written into it."""
         try:
-            candidates = self._state.pipeline.candidates(None)
+            pipeline = self._state.pipeline
+            candidates = pipeline.routable(pipeline.fleet(None))
         except Rejected as exc:
             return self._refuse(exc)
         if self._subset is not None:
@@ -237,7 +238,7 @@ class Exchange:
     # -- accounting --------------------------------------------------------------------
     def _begin(self, candidate: Candidate, stream: bool) -> None:
         worker = candidate.worker
-        worker.in_flight += 1
+        worker.begin()
         worker.routed += 1
         worker.breaker.on_dispatch()
         self._state.metrics.in_flight.labels(worker.id).set(worker.in_flight)
@@ -248,7 +249,7 @@ class Exchange:
             return
         attempt.end()
         worker = attempt.worker
-        worker.in_flight -= 1
+        worker.finish()
         self._state.metrics.in_flight.labels(worker.id).set(worker.in_flight)
 
     def close(self) -> None:

@@ -87,10 +87,8 @@ class HealthChecker:
             log.warning("worker %s answered /v1/models with an unexpected body", worker.id)
             return
         models, adapters = parsed
-        if models and models != worker.models:
-            worker.models = models
-        if adapters != worker.adapters:
-            worker.adapters = adapters
+        if (models and models != worker.models) or adapters != worker.adapters:
+            worker.set_serving(models=models or None, adapters=adapters)
 
 
 def parse_models(body: bytes) -> tuple[frozenset[str], dict[str, LoraAdapter]] | None:

@@ -88,7 +88,7 @@ class LoadView:
             if (scraped := self.engine.get(worker.id)) is not None \
                     and now - scraped[1] <= engine_max_age:
                 excess = scraped[0]
-            worker.external_load = max(round(others), round(excess), 0)
+            worker.set_external_load(max(round(others), round(excess), 0))
             shared = self.others_cost.get(worker.id, (0.0, 0.0)) if others_fresh else (0.0, 0.0)
             cost = worker.cost
             cost.shared_pending_tokens, cost.shared_decoding = shared

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,7 +111,7 @@ class PreciseMatcher:
                           for h in block_hashes(usable, block_size, seed=seed,
                                                 cache_salt=extra.cache_salt, lora=extra.lora))
 
-    def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> dict[str, int]:
+    def match(self, chain: Sequence[bytes], worker_ids: Collection[str]) -> dict[str, int]:
         """Leading blocks of the chain each worker holds now (its exact cache hit), asked
         only of the workers holding the chain's head."""
         out = {}
@@ -139,9 +139,9 @@ class PreciseMatcher:
         return out
 
 
-def _among(holders: set[str], worker_ids: Sequence[str]) -> list[str]:
+def _among(holders: set[str], worker_ids: Collection[str]) -> list[str]:
     """``holders`` that are candidates, walking the smaller side."""
     if len(holders) < len(worker_ids):
-        wanted = set(worker_ids)
+        wanted = worker_ids if isinstance(worker_ids, (set, frozenset)) else set(worker_ids)
         return [w for w in holders if w in wanted]
     return [w for w in worker_ids if w in holders]

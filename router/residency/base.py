@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Protocol
 
 
 class ResidencyStore(Protocol):
     """Chains are sequences of block hashes; residency is monotone along a chain."""
 
-    async def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> dict[str, int]:
-        """Longest resident prefix of ``chain`` (in blocks) per worker; one round trip at most."""
+    async def match(self, chain: Sequence[bytes], worker_ids: Collection[str]) -> dict[str, int]:
+        """Longest resident prefix of ``chain`` (in blocks) per worker that holds any of it;
+        one round trip at most."""
         ...
 
     def record(self, worker_id: str, chain: Sequence[bytes]) -> None:

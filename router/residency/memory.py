@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from router.residency.base import longest_prefix
@@ -41,7 +41,7 @@ class MemoryResidency:
         self._pending: list[tuple[str, Sequence[bytes]]] = []
         self._flush_scheduled = False
 
-    async def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> dict[str, int]:
+    async def match(self, chain: Sequence[bytes], worker_ids: Collection[str]) -> dict[str, int]:
         result: dict[str, int] = {}
         if not chain:
             return result
@@ -49,7 +49,7 @@ class MemoryResidency:
         if not holders:
             return result
         if len(holders) < len(worker_ids):
-            wanted = set(worker_ids)
+            wanted = worker_ids if isinstance(worker_ids, (set, frozenset)) else set(worker_ids)
             ids = [w for w in holders if w in wanted]
         else:
             ids = [w for w in worker_ids if w in holders]

@@ -38,7 +38,7 @@ import contextlib
 import logging
 import time
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from redis.crc import key_slot
 from redis.exceptions import NoScriptError
@@ -157,9 +157,10 @@ class RedisResidency:
     def key(self, worker_id: str) -> str:
         return residency_key(self._prefix, worker_id)
 
-    async def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> dict[str, int]:
+    async def match(self, chain: Sequence[bytes], worker_ids: Collection[str]) -> dict[str, int]:
         if not chain or not worker_ids:
             return {}
+        worker_ids = list(worker_ids)  # one order for the keys sent and the lengths read
         local = await self.local.match(chain, worker_ids)
         if not self.backoff.acquire():
             return local

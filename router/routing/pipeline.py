@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from router.fleet.prefill_model import ATTENTION_TOKENS
+from router.fleet.view import FleetView
 from router.fleet.workers import WorkerPool
 from router.infra.metrics import RouterMetrics
 from router.residency.base import ResidencyStore
@@ -23,6 +24,7 @@ from router.routing.errors import Rejected
 from router.routing.feedback import CacheFeedback, TokenRatio
 from router.routing.policies.base import Decision, Policy
 from router.routing.request import RoutingRequest
+from router.routing.shortlist import Shortlist
 from router.routing.signals import SignalContext, build_signals
 from router.routing.signals.base import ExactMatcher
 
@@ -42,7 +44,7 @@ class Pipeline:
                  metrics: RouterMetrics, *, block_chars: int, max_blocks: int,
                  key_blocks: int, precise: PreciseKeyer | None = None,
                  decode_penalty_s: float = 0.001, offload_weight: float = 0.9,
-                 attention_tokens: float = ATTENTION_TOKENS,
+                 attention_tokens: float = ATTENTION_TOKENS, shortlist_size: int = 64,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.pool = pool
         self.policy = policy
@@ -58,6 +60,7 @@ class Pipeline:
         self._offload_weight = offload_weight
         self._attention_tokens = attention_tokens
         self.clock = clock
+        self.shortlist = Shortlist(size=shortlist_size)
         self.precise: PreciseKeyer | None = None
         self.use_precise(precise)
         self.feedback = CacheFeedback(residency, metrics, self.ratio, attention_tokens)
@@ -71,22 +74,42 @@ class Pipeline:
             offload_weight=self._offload_weight, attention_tokens=self._attention_tokens,
             clock=self.clock))
 
-    # -- candidates ---------------------------------------------------------------
-    def candidates(self, model: str | None) -> list[Candidate]:
-        """Healthy, not draining, serving the model."""
-        if model is not None and not self.pool.knows_model(model):
+    # -- the fleet, the key, the candidates -------------------------------------------
+    def fleet(self, model: str | None) -> FleetView:
+        """Healthy, not draining, serving the model (the pool's view, rebuilt per change)."""
+        fleet = self.pool.view(model)
+        if not fleet.workers and model is not None and not self.pool.knows_model(model):
             raise Rejected(404, f"model {model!r} is not served by any worker",
                            "model_not_found")
-        workers = self.pool.candidates(model)
-        if not workers:
+        return fleet
+
+    async def candidates(self, request: RoutingRequest, fleet: FleetView) -> list[Candidate]:
+        """The workers this decision weighs: every routable one, or for a large fleet and
+        a policy that reads the fleet's totals (``shortlists``), those that can matter
+        (shortlist.py)."""
+        if self.policy.shortlists and self.shortlist.applies(fleet):
+            candidates = await self.shortlist.select(
+                request, fleet, self._match if "residency" in self.policy.needs else None)
+            if candidates:
+                return candidates
+        return self.routable(fleet)
+
+    def routable(self, fleet: FleetView) -> list[Candidate]:
+        """Every worker of the fleet whose breaker lets a request through."""
+        candidates = [Candidate(w) for w in fleet.workers if w.routable()]
+        if not candidates:
             raise Rejected(503, "no healthy worker can take the request now",
                            "no_worker_available", retry_after=1)
-        return [Candidate(w) for w in workers]
+        return candidates
 
-    # -- key -----------------------------------------------------------------------
+    async def _match(self, request: RoutingRequest, ids: frozenset[str]) -> dict[str, int]:
+        if request.exact and self.precise is not None:
+            return dict(self.precise.match(request.key.chain, ids))
+        return await self.residency.match(request.key.chain, ids)
+
     async def key(self, payload: dict[str, Any], model: str | None, chat: bool,
                   read_prompt: PromptReader, context_hash: str | None,
-                  candidates: list[Candidate]) -> RoutingRequest:
+                  fleet: FleetView) -> RoutingRequest:
         """The ring key: X-Context-Hash when sent, else the prompt's chain at ``key_blocks``.
         Residency is always matched on the prompt's own chain, so a header that names
         a whole retrieved set never hides the documents it shares with other sets."""
@@ -95,8 +118,7 @@ class Pipeline:
                 keys.check_context_hash(context_hash)
             request = None
             if self.precise is not None:
-                exact = await self.precise.key(payload, model, chat,
-                                               [c.worker for c in candidates])
+                exact = await self.precise.key(payload, model, chat, fleet.workers)
                 if exact is not None:
                     request = RoutingRequest(exact.key, exact.num_tokens, exact.block_size,
                                              model, source="precise", exact=True)

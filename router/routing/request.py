@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from router.fleet.view import FleetView
 from router.routing.keys import RoutingKey
 
 
@@ -22,6 +23,11 @@ class RoutingRequest:
     prompt_bytes: int = 0  # canonical prompt length, to learn bytes per token
     source: str = "prompt"  # header | prompt | precise
     exact: bool = False  # residency read from the engines' KV events, never recorded
+    # set when the candidates are a shortlist of a large fleet (router/routing/shortlist.py):
+    # the fleet the guard and the ring are read over, and residency as looked up over all of
+    # it (worker id -> leading chain blocks, holders only)
+    fleet: FleetView | None = None
+    matches: dict[str, int] | None = None
 
     def cached_tokens(self, matched_blocks: int) -> float:
         """The engine reuses whole blocks and always computes the prompt's last token."""

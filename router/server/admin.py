@@ -69,7 +69,7 @@ async def drain_worker(request: web.Request) -> web.Response:
     worker = request.app[ROUTER].pool.get(request.match_info["worker_id"])
     if worker is None:
         return error_response(404, "no such worker", "worker_not_found")
-    worker.draining = True
+    worker.set_serving(draining=True)
     return web.Response(body=orjson.dumps(worker.describe()), content_type="application/json")
 
 

@@ -83,7 +83,8 @@ async def admit(request: web.Request, payload: dict[str, Any], stream: bool,
         raise
     try:  # routed now, as the fleet stands at dispatch
         pipeline = state.pipeline
-        candidates = pipeline.candidates(routing.model)
+        routing.matches = None  # looked up again: the fleet changed while it waited
+        candidates = await pipeline.candidates(routing, pipeline.fleet(routing.model))
         await pipeline.annotate(routing, candidates)
         return pipeline.rank(routing, candidates)
     finally:

@@ -55,17 +55,21 @@ async def decide(pipeline: Pipeline, body: bytes, path: str, read_prompt: Prompt
     ``subset``: worker addresses (``host:port``) the gateway allows for this request; none
     of them routable is a 503, as the endpoint-picker protocol asks. ``view`` shows
     another API's body as a chat request (router/routing/prompt_views.py), keyed as chat;
-    ``parsed``: the body, when the caller had to read it first."""
+    ``parsed``: the body, when the caller had to read it first.
+
+    The steps: fleet (the routable workers serving the model), key, candidates (all of
+    them, or a large fleet's shortlist), signals, rank."""
     parsed = parsed or parse(body)
-    candidates = pipeline.candidates(parsed.model)
+    fleet = pipeline.fleet(parsed.model)
     if subset is not None:
         allowed = set(subset)
-        candidates = [c for c in candidates if address(c.worker.url) in allowed]
-        if not candidates:
+        fleet = fleet.where(lambda w: address(w.url) in allowed)
+        if not fleet.workers:
             raise Rejected(503, "no routable worker in the gateway's endpoint subset",
                            "no_worker_in_subset", retry_after=1)
     if read_prompt is None:
         routing = RoutingRequest(NO_KEY, 0.0, 1.0, parsed.model, source="none")
+        candidates = pipeline.routable(fleet)
         return Routed(parsed, routing, Decision(sorted(candidates, key=lambda c: c.load),
                                                 "least_loaded"))
     payload = parsed.payload
@@ -75,8 +79,8 @@ async def decide(pipeline: Pipeline, body: bytes, path: str, read_prompt: Prompt
         except keys.InvalidPrompt as exc:
             raise RequestError(400, str(exc), "invalid_prompt") from None
     chat = path == CHAT_PATH if chat is None else chat
-    routing = await pipeline.key(payload, parsed.model, chat, read_prompt, context_hash,
-                                 candidates)
+    routing = await pipeline.key(payload, parsed.model, chat, read_prompt, context_hash, fleet)
+    candidates = await pipeline.candidates(routing, fleet)
     await pipeline.annotate(routing, candidates)
     return Routed(parsed, routing, pipeline.rank(routing, candidates))
 

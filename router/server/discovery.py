@@ -105,15 +105,15 @@ class Discovery:
             if state.health is not None:
                 await state.health.check(worker)
             return
-        if record.models:
-            existing.models = frozenset(record.models)
+        if record.models and frozenset(record.models) != existing.models:
+            existing.set_serving(models=frozenset(record.models))
         if (fingerprint := _fingerprint(record)) != existing.key_fingerprint:
             # the engine restarted with another key at the same address: present that one
             existing.key_fingerprint = fingerprint
             existing.api_key = state.upstream_keys.for_worker(existing.id, existing.url,
                                                               fingerprint)
         if self._draining.get(record.id) != record.draining:
-            existing.draining = record.draining
+            existing.set_serving(draining=record.draining)
             self._draining[record.id] = record.draining
         if record.capacity_blocks != existing.capacity_blocks:
             self._apply_capacity(existing, record)

@@ -58,8 +58,8 @@ class LoraLoader:
             return
         bases = [m for m in worker.models if m not in worker.adapters]
         parent = bases[0] if len(bases) == 1 else ""
-        worker.adapters = {**worker.adapters, name: LoraAdapter(name, parent, path)}
-        worker.models = worker.models | {name}
+        worker.set_serving(models=worker.models | {name},
+                           adapters={**worker.adapters, name: LoraAdapter(name, parent, path)})
         log.info("loaded LoRA %s on worker %s", name, worker.id)
 
 

@@ -215,7 +215,7 @@ class Proxy:
         streamed); a failure closes the leg and raises UpstreamFailure."""
         worker = tried.worker
         leg = Leg(tried)
-        worker.in_flight += 1
+        worker.begin()
         worker.routed += 1
         worker.breaker.on_dispatch()
         self._metrics.child(self._metrics.in_flight, worker.id).set(worker.in_flight)
@@ -285,7 +285,7 @@ class Proxy:
         if tried.first_byte_s is None and worker.breaker.state is BreakerState.HALF_OPEN:
             worker.breaker.on_abandoned()  # no-op after on_failure; frees a cancelled probe
         tried.end()
-        worker.in_flight -= 1
+        worker.finish()
         self._metrics.child(self._metrics.in_flight, worker.id).set(worker.in_flight)
         legs = self._legs.get(worker.id)
         if legs is not None:

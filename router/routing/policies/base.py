@@ -23,6 +23,9 @@ class Policy(Protocol):
     name: str
     #: the signals ``rank`` reads (router/routing/signals); the pipeline runs only these
     needs: tuple[str, ...]
+    #: ranks a shortlist of a large fleet right (router/routing/shortlist.py): reads the
+    #: fleet's load and ring from the request, not only the candidates it is given
+    shortlists: bool
 
     def rank(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Decision:
         """Order candidates (non-empty, all routable, annotated) for this request."""

@@ -13,6 +13,7 @@ from router.routing.request import RoutingRequest
 class ConsistentHash:
     name = "consistent_hash"
     needs: tuple[str, ...] = ()
+    shortlists = False
 
     def __init__(self) -> None:
         self._rings = RingCache()

@@ -12,6 +12,7 @@ from router.routing.request import RoutingRequest
 class LeastLoaded:
     name = "least_loaded"
     needs: tuple[str, ...] = ()
+    shortlists = False
 
     def __init__(self) -> None:
         self._tiebreak = 0

@@ -31,6 +31,7 @@ def _queue(c: Candidate) -> float:
 class LlmdWeighted:
     name = "llmd_weighted"
     needs: tuple[str, ...] = ("residency", "load")
+    shortlists = False
 
     def __init__(self, seed: int = 0, depth: int = 4) -> None:
         self._random = random.Random(seed)

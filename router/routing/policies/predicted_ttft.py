@@ -44,10 +44,25 @@ from router.routing.replicas import ReplicaSets
 from router.routing.request import RoutingRequest
 
 
-def _cold(matched: Sequence[int]) -> bool:
+def _cold(deepest: int, common: int) -> bool:
     """No worker holds the prompt, or most hold its deepest held prefix (a system prompt):
     where a minority holds it, it is this context's, and the ring keeps replicas agreeing."""
-    return matched[-1] == 0 or matched[(len(matched) - 1) // 2] >= matched[-1]
+    return deepest == 0 or common >= deepest
+
+
+def _held(request: RoutingRequest, candidates: Sequence[Candidate]) -> tuple[int, int]:
+    """The deepest match any worker of the fleet has, and the one over half of them have.
+    A shortlist (router/routing/shortlist.py) holds every worker that matches anything;
+    the fleet's others match nothing."""
+    fleet = request.fleet
+    if fleet is None:
+        held = sorted(c.matched_blocks for c in candidates)
+        n = len(held)
+    else:
+        held = sorted(request.matches.values()) if request.matches else []
+        n = len(fleet)
+    middle = (n - 1) // 2 - (n - len(held))  # its index among the holders
+    return (held[-1] if held else 0), (held[middle] if middle >= 0 else 0)
 
 
 def _start_s(c: Candidate, cost: float) -> float:
@@ -74,6 +89,7 @@ def _extra_prefill_s(moved: Candidate, kept: Candidate) -> float:
 class PredictedTTFT:
     name = "predicted_ttft"
     needs: tuple[str, ...] = ("residency", "load", "ttft")
+    shortlists = True  # the guard, the ring and the common prefix are read fleet-wide
 
     def __init__(self, epsilon: float = 0.25, margin: int = 4, slack_s: float = 0.05,
                  slack_ratio: float = 0.25, cold_slack_s: float = 0.01,
@@ -102,13 +118,13 @@ class PredictedTTFT:
         def start(c: Candidate) -> float:
             return _start_s(c, costs[c.id])
 
-        eligible = under_bound(candidates, self.epsilon, self.margin)
+        eligible = under_bound(candidates, self.epsilon, self.margin, request.fleet)
         context = request.key.key
         live = self.replicas.live(context)
         home = [c for c in eligible if c.id in live]
         reason = "warm"
         if not home:
-            owner, reason = self._ring_owner(context, candidates, eligible)
+            owner, reason = self._ring_owner(request, candidates, eligible)
             home = [owner]
         stay = min(home, key=cost)
         choice = stay
@@ -116,12 +132,11 @@ class PredictedTTFT:
         # prefix most workers hold (a system prompt, a trace's shared opener) says nothing
         # about where this context lives: without this, a worker that has served nothing
         # yet never wins against those holding it (seen: 0 of 359 requests on one worker)
-        matched = sorted(c.matched_blocks for c in candidates)
-        common = matched[(len(matched) - 1) // 2]  # held by most (over half)
+        deepest, common = _held(request, candidates)
         warmer = [c for c in eligible if c.matched_blocks > max(stay.matched_blocks, common)]
         if warmer and cost(closest := min(warmer, key=cost)) < cost(stay):
             choice, reason = closest, "warm"
-        elif not warmer and not live and _cold(matched):
+        elif not warmer and not live and _cold(deepest, common):
             soonest = min(eligible, key=start)
             if start(soonest) + self.cold_slack_s < start(stay):
                 choice, reason = soonest, "cold"
@@ -154,10 +169,14 @@ class PredictedTTFT:
         return capacity > 0 and warm.cached_tokens - target.cached_tokens \
             <= self.copy_share * capacity
 
-    def _ring_owner(self, context: str, candidates: Sequence[Candidate],
+    def _ring_owner(self, request: RoutingRequest, candidates: Sequence[Candidate],
                     eligible: Sequence[Candidate]) -> tuple[Candidate, str]:
-        allowed = {c.id for c in eligible}
-        for position, c in enumerate(self._rings.walk(context, candidates)):
-            if c.id in allowed:
-                return c, "ring" if position == 0 else "spill"
+        """The first eligible worker clockwise from the key, on the ring of the whole fleet:
+        a shortlist holds the ring's nodes up to it."""
+        allowed = {c.id: c for c in eligible}
+        fleet = request.fleet
+        ids = frozenset(c.id for c in candidates) if fleet is None else fleet.ids
+        for position, worker_id in enumerate(self._rings.walk_ids(request.key.key, ids)):
+            if worker_id in allowed:
+                return allowed[worker_id], "ring" if position == 0 else "spill"
         return eligible[0], "spill"  # unreachable: eligible is a non-empty subset

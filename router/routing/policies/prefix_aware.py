@@ -29,6 +29,7 @@ from router.routing.request import RoutingRequest
 class PrefixAware:
     name = "prefix_aware"
     needs: tuple[str, ...] = ("residency",)
+    shortlists = False
 
     def __init__(self, epsilon: float = 0.25, min_match: int = 1, warm_ratio: float = 0.5,
                  depth: int = 4) -> None:

@@ -12,6 +12,7 @@ from router.routing.request import RoutingRequest
 class RoundRobin:
     name = "round_robin"
     needs: tuple[str, ...] = ()
+    shortlists = False
 
     def __init__(self) -> None:
         self._next = 0

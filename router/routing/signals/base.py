@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -16,7 +16,7 @@ from router.routing.request import RoutingRequest
 class ExactMatcher(Protocol):
     """Residency from the engines' own KV events (precise mode)."""
 
-    def match(self, chain: Sequence[bytes], worker_ids: Sequence[str]) -> Mapping[str, int]: ...
+    def match(self, chain: Sequence[bytes], worker_ids: Collection[str]) -> Mapping[str, int]: ...
 
     def offloaded(self, chain: Sequence[bytes], gpu: Mapping[str, int],
                   worker_ids: Sequence[str]) -> Mapping[str, int]:

@@ -30,10 +30,12 @@ class ResidencySignal:
             return
         ids = [c.id for c in candidates]
         offloaded: dict[str, int] = {}
+        matches = request.matches  # looked up over the fleet when it was shortlisted
         if request.exact and self._exact is not None:
-            matches = dict(self._exact.match(chain, ids))
+            if matches is None:
+                matches = dict(self._exact.match(chain, ids))
             offloaded = dict(self._exact.offloaded(chain, matches, ids))
-        else:
+        elif matches is None:
             matches = await self._store.match(chain, ids)
         if not matches and not offloaded:
             return
