@@ -172,7 +172,8 @@ def build_fleet(config: RouterConfig, workers: int, profile: str, blocks: int,
                         max_blocks=config.max_blocks, key_blocks=config.key_blocks,
                         decode_penalty_s=config.decode_penalty_ms / 1000.0,
                         attention_tokens=config.attention_tokens,
-                        offload_weight=config.offload_weight, clock=clock)
+                        offload_weight=config.offload_weight,
+                        shortlist_size=config.shortlist_size, clock=clock)
     engines = [Engine(profile, EngineConfig(model_name=MODEL, num_gpu_blocks=blocks,
                                             max_model_len=max_model_len, hash_seed="0"))
                for _ in range(workers)]

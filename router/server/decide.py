@@ -2,7 +2,7 @@
 
 The proxy (handlers.py) forwards the original bytes to the ranked workers itself; the
 endpoint picker (router/epp) hands the ranking to the gateway that carries them. Both call
-``decide`` so the two modes route alike: parse once, candidates, key, signals, rank.
+``decide`` so the two modes route alike: parse once, fleet, key, candidates, signals, rank.
 """
 
 from __future__ import annotations

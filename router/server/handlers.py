@@ -1,7 +1,7 @@
 """OpenAI-compatible request handlers: the request path, read top to bottom in ``route``.
 
-parse once -> candidates -> key -> signals -> rank (router/server/decide.py, shared with
-the endpoint picker) -> forward the original bytes -> complete; ``route`` drives every
+parse once -> fleet -> key -> candidates -> signals -> rank (router/server/decide.py,
+shared with the endpoint picker) -> forward the original bytes -> complete; ``route`` drives every
 routed API, each described by a ``Route``. The steps live in
 router/routing/pipeline.py; this module only drives them and turns refusals into
 OpenAI-shaped errors. Keys come from the client's X-Context-Hash
