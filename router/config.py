@@ -115,7 +115,7 @@ class RouterConfig:
                                     "worker", *_NON_NEGATIVE)
     shortlist_size: int = _opt(64, "predicted_ttft: a fleet of more workers is weighed by a "
                                "shortlist (those holding the prompt, the key's ring nodes, "
-                               "16 sampled) rather than worker by worker", *_POSITIVE)
+                               "8 sampled) rather than worker by worker", *_POSITIVE)
     min_match: int = _opt(1, "blocks a resident prefix must cover to count as warm", *_POSITIVE)
     warm_ratio: float = _opt(0.5, "share of a prompt's blocks a worker must hold for residency "
                              "to override the ring", lambda v: 0 < v <= 1, "must be in (0, 1]")
