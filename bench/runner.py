@@ -71,10 +71,9 @@ def plan_blocks(cfg: RunConfig, requests: list[BenchRequest]) -> tuple[int, int]
     return max(blocks, longest), working
 
 
-async def _measure(cfg: RunConfig, requests: list[BenchRequest], router_url: str,
-                   worker_urls: list[str], router_pid: int | None,
-                   worker_ids: list[str] | None, meta: dict[str, Any],
-                   bound: dict[str, Any] | None) -> dict[str, Any]:
+async def _measure(cfg: RunConfig, requests: list[BenchRequest], sut: SystemUnderTest,
+                   meta: dict[str, Any], bound: dict[str, Any] | None) -> dict[str, Any]:
+    router_url, worker_urls, router_pid = sut.router_url, sut.worker_urls, sut.router_pid
     async with aiohttp.ClientSession() as session:
         before = await scrape.scrape(session, worker_urls)
         cpu0 = fleet.cpu_seconds(router_pid) if router_pid else None
@@ -83,11 +82,16 @@ async def _measure(cfg: RunConfig, requests: list[BenchRequest], router_url: str
         cpu1 = fleet.cpu_seconds(router_pid) if router_pid else None
         await asyncio.sleep(0.2)  # let the engines finish their bookkeeping of the last step
         after = await scrape.scrape(session, worker_urls)
+        ours = (await scrape.scrape(session, [sut.metrics_url]))[0] if sut.metrics_url else None
     deltas = [scrape.delta(b, a) for b, a in zip(before, after, strict=True)]
-    return analysis.summarize(records, time_scale=cfg.time_scale, wall_s=wall,
-                              worker_urls=worker_urls, worker_ids=worker_ids, deltas=deltas,
-                              router_cpu_s=(cpu1 - cpu0) if cpu0 is not None else None,
-                              bounds=bound, meta=meta)
+    result = analysis.summarize(records, time_scale=cfg.time_scale, wall_s=wall,
+                                worker_urls=worker_urls, worker_ids=sut.worker_ids,
+                                deltas=deltas,
+                                router_cpu_s=(cpu1 - cpu0) if cpu0 is not None else None,
+                                bounds=bound, meta=meta)
+    if ours is not None:
+        result["router_counters"] = scrape.router_counters(ours)
+    return result
 
 
 def run(cfg: RunConfig) -> dict[str, Any]:
@@ -115,8 +119,7 @@ def run(cfg: RunConfig) -> dict[str, Any]:
     try:
         sut = start_system(cfg, requests, blocks, logdir, procs)
         log(f"[bench] {label}: fleet up ({time.perf_counter() - t0:.1f}s), driving load")
-        result = asyncio.run(_measure(cfg, requests, sut.router_url, sut.worker_urls,
-                                      sut.router_pid, sut.worker_ids, meta, bound))
+        result = asyncio.run(_measure(cfg, requests, sut, meta, bound))
     finally:
         stop_all(procs)
     log(f"[bench] {label}: hit rate {_fmt(result['hit_rate'])}, TTFT p50/p99 "
@@ -137,6 +140,7 @@ class SystemUnderTest:
     worker_urls: list[str]
     router_pid: int | None  # for the router's CPU time; None when not ours
     worker_ids: list[str] | None  # the X-Worker header values, in worker_urls order
+    metrics_url: str | None = None  # prefix-router's own /metrics (proxy or picker)
 
 
 def start_system(cfg: RunConfig, requests: list[BenchRequest], blocks: int, logdir: Path,
@@ -179,11 +183,11 @@ def start_system(cfg: RunConfig, requests: list[BenchRequest], blocks: int, logd
             fleet.free_port(), fleet.free_port(), ("127.0.0.1", grpc_port), worker_urls,
             mode=cfg.gateway), logdir)
         procs.append(envoy)
-        return SystemUnderTest(envoy.url, worker_urls, picker.popen.pid, ids)
+        return SystemUnderTest(envoy.url, worker_urls, picker.popen.pid, ids, picker.url)
     router = fleet.start_router(worker_urls, cfg.policy, logdir, epsilon=cfg.epsilon,
                                 residency_blocks=rblocks, extra=cfg.router_extra)
     procs.append(router)
-    return SystemUnderTest(router.url, worker_urls, router.popen.pid, ids)
+    return SystemUnderTest(router.url, worker_urls, router.popen.pid, ids, router.url)
 
 
 def stop_all(procs: list[fleet.Proc]) -> None:

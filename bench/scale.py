@@ -1,8 +1,7 @@
 """``python -m bench scale``: the routing decision in process, at fleet scale.
 
-No HTTP: the prompt is hashed into its chain (router.routing.keys.prompt_key), the in-memory
-residency is asked for each candidate's longest resident prefix, and the policy ranks
-the candidates, exactly the three calls the request handler makes. Residency is filled
+No HTTP: the pipeline's own steps, as the request handler calls them (fleet, key,
+candidates, signals, rank), over the in-memory residency. Residency is filled
 with R resident blocks spread over N workers (chains of 64 blocks, as long RAG prompts
 produce), and half the decisions are for resident prompts, half for cold ones.
 """
@@ -132,8 +131,8 @@ def scale(args: argparse.Namespace) -> list[dict[str, Any]]:
             sys.stderr.write(f"[scale] {row}\n")
     lines = [f"`{caption}`", "", "| workers | resident blocks | decision p50 / p99 µs | "
              "decision CPU p50 / p99 µs | "
-             "resident prompt p50 / p99 µs | cold prompt p50 / p99 µs | signals p50 µs "
-             "| warm decisions | residency memory MiB | bytes/block |",
+             "resident prompt p50 / p99 µs | cold prompt p50 / p99 µs | "
+             "candidates + signals p50 µs | warm decisions | residency memory MiB | bytes/block |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [f"| {r['workers']:,} | {r['resident_blocks']:,} | {r['decision_us_p50']:.0f} / "
               f"{r['decision_us_p99']:.0f} | {r['decision_cpu_us_p50']:.0f} / "

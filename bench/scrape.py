@@ -73,3 +73,17 @@ def histogram_quantile(snap: Mapping[str, float], name: str, q: float) -> float 
 def histogram_mean(snap: Mapping[str, float], name: str) -> float | None:
     count = snap.get(name + "_count", 0.0)
     return snap.get(name + "_sum", 0.0) / count if count else None
+
+
+ROUTER_COUNTERS = ("prefix_router_cached_tokens_predicted_total",
+                   "prefix_router_cached_tokens_actual_total",
+                   "prefix_router_residency_corrections_total",
+                   "prefix_router_residency_dropped_blocks_total")
+
+
+def router_counters(snap: Snapshot) -> dict[str, float]:
+    """prefix-router's own view at the end of a run: what it predicted the engines would
+    find cached against what they found, and how often it dropped residency for it. Read
+    against the workers' counters, it tells a decision that went wrong from a picture
+    that did."""
+    return {name.removeprefix("prefix_router_"): snap.get(name, 0.0) for name in ROUTER_COUNTERS}
