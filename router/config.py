@@ -73,7 +73,8 @@ class RouterConfig:
                                     *_NON_NEGATIVE)
     block_chars: int = _opt(256, "prompt block size for the hash chain, in UTF-8 bytes",
                             *_POSITIVE)
-    max_blocks: int = _opt(256, "cap on chain blocks hashed per request", *_POSITIVE)
+    max_blocks: int = _opt(256, "chain blocks of block_chars bytes per request; after them "
+                           "up to as many 16 times as long", *_POSITIVE)
     key_blocks: int = _opt(32, "ring key = chain link at block min(n, key_blocks)", *_POSITIVE)
     bound_epsilon: float = _opt(0.25, "load bound slack: bound = ceil((1+eps)(L+1)/n)",
                                 *_POSITIVE)

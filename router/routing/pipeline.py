@@ -128,7 +128,8 @@ class Pipeline:
                                       self.key_blocks, keys.cache_salt(payload))
                 ratio = self.ratio.value
                 request = RoutingRequest(key, len(prompt) / ratio, self.block_chars / ratio,
-                                         model, prompt_bytes=len(prompt))
+                                         model, prompt_bytes=len(prompt),
+                                         head_blocks=self.max_blocks)
         except keys.InvalidPrompt as exc:
             raise Rejected(400, str(exc), "invalid_prompt") from None
         if context_hash is not None:

@@ -12,13 +12,17 @@ from hypothesis import strategies as st
 
 from router.routing.keys import (
     HASH_BYTES,
+    TAIL_FACTOR,
     InvalidPrompt,
+    RoutingKey,
     block_chain,
     chat_prompt_bytes,
     check_context_hash,
     completion_prompt_bytes,
+    head_blocks_covered,
     prompt_key,
 )
+from router.routing.request import RoutingRequest
 
 RELAXED = settings(deadline=None)  # a busy machine must not fail an example on time
 INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
@@ -116,13 +120,29 @@ def test_invalid_prompts_raise(prompt: object) -> None:
 
 # -- block chain ------------------------------------------------------------------------------
 @RELAXED
-@given(st.binary(max_size=400), st.integers(1, 64), st.integers(1, 20))
+@given(st.binary(max_size=3000), st.integers(1, 64), st.integers(1, 20))
 def test_chain_hashes_only_full_blocks_up_to_the_cap(data: bytes, size: int, cap: int) -> None:
     chain = block_chain(data, size, cap, SEED_A)
-    assert len(chain) == min(len(data) // size, cap)
+    head = min(len(data) // size, cap)
+    tail = min((len(data) - cap * size) // (size * TAIL_FACTOR), cap) if head == cap else 0
+    assert len(chain) == head + tail
     assert all(len(link) == HASH_BYTES for link in chain)
     # the trailing partial block changes nothing
-    assert block_chain(data[: len(data) // size * size], size, cap, SEED_A) == chain
+    covered = head_blocks_covered(len(chain), cap) * size
+    assert block_chain(data[:covered], size, cap, SEED_A) == chain
+
+
+def test_a_long_shared_history_is_matched_past_the_head_blocks() -> None:
+    """Two turns of one conversation share their history's links after the first 64 KB
+    too, and the links they share say how many prompt tokens that is."""
+    history = bytes(range(256)) * 1200  # 300 KB
+    turn_a, turn_b = history + b"first question", history + b"another question"
+    a, b = block_chain(turn_a, 256, 256, SEED_A), block_chain(turn_b, 256, 256, SEED_A)
+    assert a == b and len(a) == 256 + (300 * 1024 - 64 * 1024) // 4096  # every full block
+    # is history (the questions are in the last, partial one)
+    assert block_chain(b"x" + turn_a, 256, 256, SEED_A)[-1] != a[-1]
+    request = RoutingRequest(RoutingKey("k", b), len(turn_b) / 4, 256 / 4, head_blocks=256)
+    assert request.cached_tokens(len(a)) == len(history) / 4  # the whole history
 
 
 def test_each_link_is_blake2b_of_the_seed_and_the_whole_prefix() -> None:
