@@ -92,6 +92,9 @@ class RouterConfig:
     copy_share: float = _opt(0.005, "predicted_ttft: a context that is not hot may be copied "
                              "off a slow warm worker when the copy takes at most this share "
                              "of the other worker's KV cache", *_NON_NEGATIVE)
+    copy_evict_cost: float = _opt(1.0, "predicted_ttft: a larger copy of a context that is "
+                                  "not hot also pays this many times its own prefill, for "
+                                  "what it evicts on the other worker", *_NON_NEGATIVE)
     hot_requests: int = _opt(3, "predicted_ttft: requests within replica_idle_s that make a "
                              "context hot enough to copy to a second worker", *_POSITIVE)
     replica_idle_s: float = _opt(30.0, "predicted_ttft: a context's replica unused this long "

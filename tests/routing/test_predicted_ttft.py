@@ -161,17 +161,25 @@ def test_a_hot_context_gains_a_replica_and_later_loses_it() -> None:
 
 
 @pytest.mark.parametrize("capacity_blocks", [0, 100_000])
-def test_a_context_that_is_not_hot_keeps_its_warm_home(capacity_blocks: int) -> None:
+def test_a_long_history_leaves_home_only_for_a_queue_longer_than_computing_it_twice(
+        capacity_blocks: int) -> None:
     """A conversation's next turn: its history is large next to another worker's cache
-    (11,500 tokens against 0.5 % of 1.6 M), or that cache's size is not known yet, and
-    a copy would evict other contexts' warm blocks there."""
+    (11,500 tokens against 0.5 % of 1.6 M), or that cache's size is not known yet. A copy
+    costs its prefill there (0.6 s) and as much again for the contexts it evicts, so a
+    1.5 s queue at home is waited out, and a 10 s one (a long prompt ahead) is not."""
     policy = PredictedTTFT()
     workers = pool(4, capacity_blocks=capacity_blocks)
     req = request("conversation", tokens=12_000)
     home = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
-    turn = policy.rank(req, annotate(workers, req, {home: 11_500}, {home: 40_000}))
+    turn = policy.rank(req, annotate(workers, req, {home: 11_500}, {home: 30_000}))
     assert not policy.replicas.is_hot("conversation")
     assert turn.ranked[0].id == home
+    # the eviction's price is what keeps it: without it the same queue is left
+    unpriced = PredictedTTFT(evict_cost=0.0)
+    assert unpriced.rank(req, annotate(workers, req, {home: 11_500}, {home: 30_000})) \
+        .ranked[0].id != home
+    moved = policy.rank(req, annotate(workers, req, {home: 11_500}, {home: 200_000}))
+    assert moved.ranked[0].id != home and moved.reason == "replicate"
 
 
 def test_a_small_context_that_is_not_hot_leaves_a_queued_home() -> None:

@@ -28,6 +28,7 @@ class PolicyKnobs:
     cold_slack_s: float = 0.01
     replicate_cost: float = 1.0
     copy_share: float = 0.005
+    copy_evict_cost: float = 1.0
     chunk_tokens: int = 8192
     replica_idle_s: float = 30.0
     hot_requests: int = 3
@@ -39,7 +40,8 @@ class PolicyKnobs:
         return cls(epsilon=config.bound_epsilon, margin=config.bound_margin,
                    slack_s=config.slack_s, slack_ratio=config.slack_ratio,
                    cold_slack_s=config.cold_slack_s, replicate_cost=config.replicate_cost,
-                   copy_share=config.copy_share, chunk_tokens=config.prefill_chunk_tokens,
+                   copy_share=config.copy_share, copy_evict_cost=config.copy_evict_cost,
+                   chunk_tokens=config.prefill_chunk_tokens,
                    replica_idle_s=config.replica_idle_s,
                    hot_requests=config.hot_requests,
                    min_match=config.min_match, warm_ratio=config.warm_ratio)
@@ -53,7 +55,7 @@ def make_policy(name: str, knobs: PolicyKnobs | None = None,
         return PredictedTTFT(epsilon=k.epsilon, margin=k.margin, slack_s=k.slack_s,
                              slack_ratio=k.slack_ratio, cold_slack_s=k.cold_slack_s,
                              replicate_cost=k.replicate_cost, copy_share=k.copy_share,
-                             chunk_tokens=k.chunk_tokens,
+                             evict_cost=k.copy_evict_cost, chunk_tokens=k.chunk_tokens,
                              replicas=ReplicaSets(idle_s=k.replica_idle_s,
                                                  hot_uses=k.hot_requests, clock=clock))
     if name == "prefix_aware":

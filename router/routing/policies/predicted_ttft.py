@@ -11,12 +11,15 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
   or not (``warm``): it consolidates the context rather than scattering it;
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
   home held more of the prompt, that makes a copy (``replicate``). A *hot* context
-  (replicas.py) may always gain one; one that is not hot only when the copy is small
-  next to the other worker's KV cache (at most ``copy_share`` of it): a conversation's
-  long history stays home, since its copy would evict other contexts' warm blocks there
-  (measured offline: copying them freely cut Mooncake's hit rate from 21 to 15 %), while a
-  lukewarm document of a few thousand tokens leaves a queue it would wait seconds in.
-  Unused replicas decay. The slack is ``slack_s`` plus ``slack_ratio`` of the faster
+  (replicas.py), or one whose copy is small next to the other worker's KV cache (at most
+  ``copy_share`` of it), may always gain one. A larger copy of a context that is not hot
+  also pays for what it evicts there: ``evict_cost`` x its own prefill, since the
+  evicted contexts are recomputed when they return. So a conversation's long history
+  stays home unless home's queue is longer than computing it twice (copying them freely
+  cut Mooncake's hit rate from 21 to 15 % offline), while a turn waiting 10 s behind a
+  120 k-token prompt moves for a 4 k-token copy (a hard gate at ``copy_share`` kept it
+  there: seen offline once predictions counted whole histories). Unused replicas decay.
+  The slack is ``slack_s`` plus ``slack_ratio`` of the faster
   worker's TTFT plus the prefill the move adds (the context's tokens home holds warm and
   the other must compute, at the other's rate) priced at ``replicate_cost`` x (1 + the
   requests waiting on that worker): the added work delays those queued behind it there,
@@ -95,7 +98,7 @@ class PredictedTTFT:
                  slack_ratio: float = 0.25, cold_slack_s: float = 0.01,
                  replicate_cost: float = 1.0, copy_share: float = 0.005,
                  chunk_tokens: float = 8192.0, replicas: ReplicaSets | None = None,
-                 depth: int = 4) -> None:
+                 depth: int = 4, evict_cost: float = 1.0) -> None:
         self.epsilon = epsilon
         self.margin = margin
         self.slack_s = slack_s
@@ -103,6 +106,7 @@ class PredictedTTFT:
         self.cold_slack_s = cold_slack_s
         self.replicate_cost = replicate_cost
         self.copy_share = copy_share
+        self.evict_cost = evict_cost
         self.chunk_tokens = chunk_tokens
         self.replicas = replicas if replicas is not None else ReplicaSets()
         self.depth = depth
@@ -143,9 +147,12 @@ class PredictedTTFT:
         # a merely less busy one must beat the slack, or contexts would scatter
         best = min(eligible, key=cost)
         copies = best.matched_blocks < choice.matched_blocks  # leaving a warmer worker
-        if (not copies or self.replicas.is_hot(context) or self._small_copy(choice, best)) \
-                and cost(best) * (1 + self.slack_ratio) + self.slack_s \
-                + self._work_price(best) * _extra_prefill_s(best, choice) < cost(choice):
+        price = self._work_price(best)
+        if copies and not self.replicas.is_hot(context) and not self._small_copy(choice, best):
+            price += self.evict_cost  # what the copy evicts there is recomputed when its
+            # contexts return: a long history moves only off a queue longer than that
+        if cost(best) * (1 + self.slack_ratio) + self.slack_s \
+                + price * _extra_prefill_s(best, choice) < cost(choice):
             reason = "warm" if best.matched_blocks > stay.matched_blocks else "replicate"
             choice = best
         if choice is stay and reason == "warm" and stay.matched_blocks == 0:
