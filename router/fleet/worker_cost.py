@@ -32,6 +32,8 @@ class WorkerCost:
     pending: int = 0
     draining_since: float = 0.0  # when the engine last started on what pending_tokens holds
     drains: bool = False  # pending work drains at the learned rate (see above)
+    busy_tokens: float = 0.0  # uncached prompt tokens dispatched since the prefill queue
+    # was last empty: the engine cuts its prefill steps from the start of that busy period
     decoding: int = 0  # this replica's requests past their first byte
     shared_pending_tokens: float = 0.0  # other replicas' (Redis), fresh or zero
     shared_decoding: float = 0.0
@@ -50,9 +52,12 @@ class WorkerCost:
         elapsed = (time.monotonic() if now is None else now) - self.draining_since
         return max(0.0, self.pending_tokens - max(0.0, elapsed) * self.prefill.rate)
 
-    def dispatched(self, work: float, now: float) -> None:
+    def dispatched(self, work: float, now: float, tokens: float = 0.0) -> None:
+        """``work``: the prefill it adds (attention priced); ``tokens``: its uncached ones."""
         if self.pending == 0:
             self.draining_since = now  # an empty queue: the engine starts on this one now
+            self.busy_tokens = 0.0
+        self.busy_tokens += tokens
         self.pending_tokens += work
         self.pending += 1
 

@@ -38,7 +38,7 @@ class Attempt:
         self.started = now = time.monotonic() if now is None else now
         cost = self.worker.cost
         self.ahead_tokens = cost.queued_tokens(now)
-        cost.dispatched(candidate.prefill_work, now)
+        cost.dispatched(candidate.prefill_work, now, candidate.uncached_tokens)
 
     def first_byte(self, now: float | None = None) -> None:
         """``now``: on the clock the attempt started on (the offline bench's simulated one)."""

@@ -248,6 +248,26 @@ def test_a_request_does_not_delay_the_prompt_queued_on_a_worker_for_little_gain(
     policy = PredictedTTFT(chunk_tokens=chunk_tokens)
     home = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
     warmer = next(w for w in workers if w.id != home)
-    warmer.cost.pending = 1
+    warmer.cost.dispatched(2000, now=0.0, tokens=2000)  # the prompt it is finishing
     decision = policy.rank(req, annotate(workers, req, {warmer.id: 3000}, {warmer.id: 2000}))
     assert decision.ranked[0].id == (home if chunk_tokens else warmer.id)
+
+
+@pytest.mark.parametrize(("big_tokens", "moves"), [(10_000, True), (16_000, False)])
+def test_the_room_a_follower_fills_is_counted_from_the_prompts_sent_not_the_drained_queue(
+        big_tokens: int, moves: bool) -> None:
+    """Steps are cut from the start of the busy period: after a 10,000-token prompt the
+    engine's second step has 6,384 tokens of room, which a 3,000-token follower fills
+    (0.15 s later for that prompt), so the follower takes an idle worker; after a
+    16,000-token one only 384 are left and it stays warm. The drained queue (7,000 in
+    both) would have put the room at 1,192 either way."""
+    policy = PredictedTTFT()
+    workers = pool(4)
+    doc = request("doc", tokens=6000)
+    home_id = policy.rank(doc, annotate(workers, doc, {}, {})).ranked[0].id
+    home = next(w for w in workers if w.id == home_id)
+    for _ in range(2):  # hot: a copy is allowed when it pays
+        policy.rank(doc, annotate(workers, doc, {home_id: 3000}, {}))
+    home.cost.dispatched(big_tokens, now=0.0, tokens=big_tokens)  # the big prompt, queued
+    decision = policy.rank(doc, annotate(workers, doc, {home_id: 3000}, {home_id: 7000}))
+    assert (decision.ranked[0].id != home_id) == moves

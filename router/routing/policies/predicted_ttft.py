@@ -76,11 +76,17 @@ def _start_s(c: Candidate, cost: float) -> float:
 
 def _delay_caused_s(c: Candidate, chunk_tokens: float) -> float:
     """How much later the last prompt queued on ``c`` gets its first token if this request
-    joins: its first tokens fill what the step finishing that prompt has left."""
-    if c.worker.cost.pending <= 0 or chunk_tokens <= 0:
+    joins: its first tokens fill what the step finishing that prompt has left. Steps are
+    cut from the start of the worker's busy period, so that room is counted in the prompt
+    tokens dispatched since its queue was last empty (``WorkerCost.busy_tokens``), not in
+    the drained work ahead: mixing the two put the room at a few hundred tokens where the
+    engine left thousands (offline: a follower's predicted 20-30 ms delay was 110-190 ms)."""
+    cost = c.worker.cost
+    if cost.pending <= 0 or chunk_tokens <= 0 or c.uncached_tokens <= 0:
         return 0.0
-    room = chunk_tokens - c.queued_tokens % chunk_tokens
-    return min(c.prefill_work, room) / c.worker.cost.prefill.rate
+    room = -cost.busy_tokens % chunk_tokens
+    share = min(1.0, room / c.uncached_tokens)
+    return share * c.prefill_work / cost.prefill.rate
 
 
 def _extra_prefill_s(moved: Candidate, kept: Candidate) -> float:
