@@ -176,10 +176,10 @@ class WorkerPool:
     def view(self, model: str | None) -> FleetView:
         """The healthy, not draining workers serving ``model``, built once per change of the
         pool (membership, health, ``Worker.set_serving``) rather than per request (a
-        1,000-worker pass costs ~0.3 ms). Breakers are not
-        in it: they open and close on their own clock, so a decision checks each candidate's
-        live. The pool's load total is recounted at each rebuild, so a load set by hand
-        (tests, benches) cannot leave it wrong for longer than that."""
+        1,000-worker pass costs ~0.3 ms). Breakers are not in it: they open and close on
+        their own clock, so a decision checks each candidate's live. The pool's load total
+        is recounted at each rebuild, so a load set by hand (tests, benches) cannot leave it
+        wrong for longer than that."""
         view = self._views.get(model)
         generation = self._tally.generation
         if view is None or view.generation != generation:
