@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,9 +38,6 @@ class FleetView:
 
     def __len__(self) -> int:
         return len(self.workers)
-
-    def __iter__(self) -> Iterator[Worker]:
-        return iter(self.workers)
 
     def load(self) -> int:
         """Requests in flight over the fleet: the pool's running total when every worker

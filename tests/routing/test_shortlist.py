@@ -117,7 +117,7 @@ def test_views_follow_health_draining_and_models() -> None:
     assert len(pool.view(None)) == 3
     pool.set_health(w0, False, answered=True)
     w1.set_serving(draining=True)
-    assert [w.id for w in pool.view(None)] == ["w2"]
+    assert [w.id for w in pool.view(None).workers] == ["w2"]
     w1.set_serving(draining=False, models=frozenset({"m"}))
-    assert [w.id for w in pool.view("m")] == ["w1", "w2"]  # w2's models are not known yet
-    assert [w.id for w in pool.view("other")] == ["w2"]
+    assert [w.id for w in pool.view("m").workers] == ["w1", "w2"]  # w2's models are not known yet
+    assert [w.id for w in pool.view("other").workers] == ["w2"]
