@@ -96,6 +96,32 @@ def test_a_cold_key_stays_on_its_ring_owner_within_the_slack() -> None:
     assert stays.ranked[0].id == owner.id and stays.reason == "ring"
 
 
+def test_a_cold_start_is_decided_on_the_fleets_line_not_on_a_workers_own() -> None:
+    """Workers' learned lines differ by their noise: a line 10 % optimistic must not draw
+    every new context (seen live: 21-83 requests per worker on the Mooncake replay)."""
+    fleet_line = PrefillModel(seed_rate=RATE)
+    workers = pool(4)
+    for w in workers:
+        w.cost.prefill = fleet_line.child()
+    req = request("cold-context", tokens=10_000.0)
+
+    def placed(queued: dict[str, float]) -> tuple[str, str]:
+        candidates = annotate(workers, req, {}, queued)
+        for c in candidates:  # each priced on its own line, as the ttft signal does
+            c.ttft_s = c.worker.cost.prefill.seconds(c.queued_tokens + c.prefill_work)
+        decision = PredictedTTFT(cold_slack_s=0.01).rank(req, candidates)
+        return decision.ranked[0].id, decision.reason
+
+    owner, reason = placed({})
+    assert reason == "ring"
+    others = [w for w in workers if w.id != owner]
+    next(w for w in workers if w.id == owner).cost.prefill.rate = RATE * 0.9
+    others[0].cost.prefill.rate = RATE * 1.1  # its own line: 50 + 45 ms sooner
+    assert placed({}) == (owner, "ring")
+    # a queue on the owner is not noise: 1,000 tokens (50 ms on the fleet's line) moves it
+    assert placed({owner: 1000.0})[1] == "cold"
+
+
 def test_a_warm_worker_outside_the_home_wins_when_it_is_faster() -> None:
     policy = PredictedTTFT()
     workers = pool(4)
