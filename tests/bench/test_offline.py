@@ -24,7 +24,8 @@ def test_residency_routing_beats_round_robin_on_hits_and_ttft() -> None:
     aware, blind = run(config("predicted_ttft")), run(config("round_robin"))
     assert aware["hit_rate"] > blind["hit_rate"] + 0.1
     assert aware["ttft_ms"]["p50"] < blind["ttft_ms"]["p50"]
-    assert set(aware["reasons"]) - {"ring", "cold", "warm", "home", "replicate", "spill"} == set()
+    assert set(aware["reasons"]) - {"ring", "cold", "warm", "home", "replicate", "spill",
+                                     "spread"} == set()
 
 
 def test_router_flags_reach_the_decision() -> None:

@@ -248,15 +248,18 @@ def test_a_copy_is_priced_by_the_queue_of_the_worker_that_makes_it() -> None:
     assert chosen == home
 
 
-def test_a_prefix_most_workers_hold_does_not_starve_one_that_holds_none() -> None:
-    """A shared opener on six of eight workers: a new context owned by a fresh worker stays
-    there, or the fresh worker would never get its first request."""
+@pytest.mark.parametrize("holders", [6, 2])
+def test_a_prefix_several_workers_hold_does_not_starve_one_that_holds_none(
+        holders: int) -> None:
+    """A shared opener on six, or two, of eight workers: a new context owned by a fresh
+    worker stays there, or the fresh worker would never get its first request (offline
+    multiturn: a system prompt on 4 of 8 workers drew every new conversation there)."""
     workers = pool(8)
     policy = PredictedTTFT()
     req = request("new-context", tokens=12_000)
     owner = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
     others = [w.id for w in workers if w.id != owner]
-    opener = {w: 512.0 for w in others[:6]}  # everyone but the owner (and one more) has it
+    opener = {w: 512.0 for w in others[:holders]}  # some workers, not the owner, have it
     fresh = PredictedTTFT().rank(req, annotate(workers, req, opener, {}))
     assert fresh.ranked[0].id == owner and fresh.reason == "ring"
 
@@ -297,3 +300,60 @@ def test_the_room_a_follower_fills_is_counted_from_the_prompts_sent_not_the_drai
     home.cost.dispatched(big_tokens, now=0.0, tokens=big_tokens)  # the big prompt, queued
     decision = policy.rank(doc, annotate(workers, doc, {home_id: 3000}, {home_id: 7000}))
     assert (decision.ranked[0].id != home_id) == moves
+
+
+def branch(context: str, trunk: int, *links: bytes) -> RoutingRequest:
+    """A request of ``context``: a trunk of ``trunk`` links every request shares, then its own."""
+    chain = tuple(bytes([1, i]) * 4 for i in range(trunk)) + links
+    return RoutingRequest(RoutingKey(context, chain), 64.0 * len(chain) + 300, 64.0)
+
+
+def test_the_trunk_is_what_every_request_of_a_context_shares() -> None:
+    replicas = ReplicaSets()
+    first = branch("persona", 10, b"session1")
+    assert replicas.trunk_depth("persona", first.key.chain) is None  # nothing seen yet
+    replicas.use("persona", "w0", first.key.chain)
+    replicas.use("persona", "w0", branch("persona", 10, b"session1", b"step2").key.chain)
+    step3 = branch("persona", 10, b"session1", b"step3").key.chain
+    assert replicas.trunk_depth("persona", step3) == 11  # one session: all of it so far
+    assert replicas.trunk_depth("persona", branch("persona", 10, b"s2").key.chain) == 10
+    replicas.use("persona", "w0", branch("persona", 10, b"session2").key.chain)
+    assert replicas.trunk_depth("persona", step3) == 10  # a second session: the tool prompt
+    assert replicas.trunk_depth("persona", branch("persona", 4).key.chain) == 4
+
+
+def test_a_context_short_of_its_share_founds_a_replica_where_least_was_placed() -> None:
+    """An agent persona's tool prompt keys every step of every session: a new session (a
+    branch no worker holds past the trunk) of a persona carrying the fleet's traffic starts
+    on the worker placed least lately, while a session's next step stays where its history
+    is, and a context with a small share stays home."""
+    clock = Clock()
+    replicas = ReplicaSets(idle_s=30.0, clock=clock)
+    policy = PredictedTTFT(replicas=replicas)
+    workers = pool(8)
+    trunk = 64.0 * 10  # the tool prompt: 10 links
+    first = branch("persona", 10, b"session1")
+    home = policy.rank(first, annotate(workers, first, {}, {})).ranked[0].id
+    for i in (2, 3):  # two more sessions' first requests: the trunk is learned from them
+        req = branch("persona", 10, b"session%d" % i)
+        decision = policy.rank(req, annotate(workers, req, {home: trunk}, {}))
+    assert decision.reason == "spread" and decision.ranked[0].id != home
+    founded = decision.ranked[0].id
+    assert set(replicas.live("persona")) == {home, founded}
+    # the next new session goes to a third worker: the two placed lately are passed over
+    req = branch("persona", 10, b"session4")
+    held = {home: trunk, founded: trunk}
+    third = policy.rank(req, annotate(workers, req, held, {}))
+    assert third.reason == "spread" and third.ranked[0].id not in {home, founded}
+    # session 1's next step: its history (11 links) is on home, so it stays there
+    step = branch("persona", 10, b"session1", b"step2")
+    stays = policy.rank(step, annotate(workers, step, {**held, home: trunk + 64}, {}))
+    assert stays.ranked[0].id == home and stays.reason == "warm"
+    # a context that carries little of the fleet's traffic keeps its one home
+    for i in range(60):
+        other = branch(f"doc{i}", 3)
+        policy.rank(other, annotate(workers, other, {}, {}))
+    assert replicas.wanted("persona", 8) == 1
+    req = branch("persona", 10, b"session5")
+    late = policy.rank(req, annotate(workers, req, held, {}))
+    assert late.reason != "spread" and late.ranked[0].id in held

@@ -47,16 +47,21 @@ from router.routing.replicas import ReplicaSets
 from router.routing.request import RoutingRequest
 
 
-def _cold(deepest: int, common: int) -> bool:
-    """No worker holds the prompt, or most hold its deepest held prefix (a system prompt):
-    where a minority holds it, it is this context's, and the ring keeps replicas agreeing."""
-    return deepest == 0 or common >= deepest
+def _cold(deepest: int, shared: int) -> bool:
+    """No worker holds the prompt, or what is held of it is held by several: a single
+    holder's prefix is this context's, and the ring keeps replicas agreeing."""
+    return deepest == 0 or shared >= deepest
 
 
 def _held(request: RoutingRequest, candidates: Sequence[Candidate]) -> tuple[int, int]:
-    """The deepest match any worker of the fleet has, and the one over half of them have.
-    A shortlist (router/routing/shortlist.py) holds every worker that matches anything;
-    the fleet's others match nothing."""
+    """The deepest match any worker of the fleet has, and the deepest that says nothing
+    about where this context lives: one held by over half the fleet, or by two or more
+    workers when it is under half of this prompt (a system prompt, an agent's tool prompt,
+    a trace's shared opener: other contexts' too). Most of the prompt on two workers is
+    this context on two replicas, and its requests consolidate there (router replicas
+    that never placed it would scatter it otherwise). A shortlist
+    (router/routing/shortlist.py) holds every worker that matches anything; the fleet's
+    others match nothing."""
     fleet = request.fleet
     if fleet is None:
         held = sorted(c.matched_blocks for c in candidates)
@@ -64,8 +69,14 @@ def _held(request: RoutingRequest, candidates: Sequence[Candidate]) -> tuple[int
     else:
         held = sorted(request.matches.values()) if request.matches else []
         n = len(fleet)
+    if not held:
+        return 0, 0
     middle = (n - 1) // 2 - (n - len(held))  # its index among the holders
-    return (held[-1] if held else 0), (held[middle] if middle >= 0 else 0)
+    common = held[middle] if middle >= 0 else 0
+    second = held[-2] if len(held) >= 2 else 0
+    if 2 * request.cached_tokens(second) >= request.prompt_tokens:
+        second = 0
+    return held[-1], max(common, second)
 
 
 def _start_s(c: Candidate, cost: float) -> float:
@@ -104,7 +115,7 @@ def _extra_prefill_s(moved: Candidate, kept: Candidate) -> float:
 class PredictedTTFT:
     name = "predicted_ttft"
     needs: tuple[str, ...] = ("residency", "load", "ttft")
-    shortlists = True  # the guard, the ring and the common prefix are read fleet-wide
+    shortlists = True  # the guard, the ring and the shared prefix are read fleet-wide
 
     def __init__(self, epsilon: float = 0.25, margin: int = 4, slack_s: float = 0.05,
                  slack_ratio: float = 0.25, cold_slack_s: float = 0.01,
@@ -145,17 +156,22 @@ class PredictedTTFT:
         stay = min(home, key=cost)
         choice = stay
         # a worker holding more of the prompt consolidates the context: no slack needed. A
-        # prefix most workers hold (a system prompt, a trace's shared opener) says nothing
-        # about where this context lives: without this, a worker that has served nothing
-        # yet never wins against those holding it (seen: 0 of 359 requests on one worker)
-        deepest, common = _held(request, candidates)
-        warmer = [c for c in eligible if c.matched_blocks > max(stay.matched_blocks, common)]
+        # prefix several workers hold (a system prompt, a trace's shared opener) says
+        # nothing about where this context lives: counted, a worker that has served
+        # nothing never wins against those holding it (seen: 0 of 359 requests on one
+        # worker; a 288-token system prompt on 4 of 8 drew every new conversation there)
+        deepest, shared = _held(request, candidates)
+        warmer = [c for c in eligible if c.matched_blocks > max(stay.matched_blocks, shared)]
         if warmer and cost(closest := min(warmer, key=cost)) < cost(stay):
             choice, reason = closest, "warm"
-        elif not warmer and not live and _cold(deepest, common):
+        elif not warmer and not live and _cold(deepest, shared):
             soonest = min(eligible, key=start)
             if start(soonest) + self.cold_slack_s < start(stay):
                 choice, reason = soonest, "cold"
+        elif not warmer and (fresh := self._founds(request, live, eligible, deepest)):
+            recent = self.replicas.recent  # a new branch of a context short of its share
+            choice = min(fresh, key=lambda c: (recent(c.id), cost(c)))
+            return self._decided(request, candidates, eligible, choice, "spread")
         # a merely less busy one must beat the slack, or contexts would scatter
         best = min(eligible, key=cost)
         copies = best.matched_blocks < choice.matched_blocks  # leaving a warmer worker
@@ -169,11 +185,33 @@ class PredictedTTFT:
             choice = best
         if choice is stay and reason == "warm" and stay.matched_blocks == 0:
             reason = "home"  # a live replica whose residency this router has not seen
-        replicas = self.replicas.use(context, choice.id)
+        return self._decided(request, candidates, eligible, choice, reason)
+
+    def _decided(self, request: RoutingRequest, candidates: Sequence[Candidate],
+                 eligible: Sequence[Candidate], choice: Candidate, reason: str) -> Decision:
+        replicas = self.replicas.use(request.key.key, choice.id, request.key.chain)
         allowed = {c.id for c in eligible}
         rest = heapq.nsmallest(self.depth - 1, (c for c in candidates if c is not choice),
                                key=lambda c: (c.id not in allowed, c.ttft_s))
         return Decision([choice, *rest], reason, replicas)
+
+    def _founds(self, request: RoutingRequest, live: dict[str, float],
+                eligible: Sequence[Candidate], deepest: int) -> list[Candidate]:
+        """The workers this request may found a replica on: it adds a new branch to its
+        context's trunk (no worker holds any of it past the trunk), and the context has
+        fewer live replicas than its share of the fleet's recent requests fills. A branch
+        starts where it balances the fleet and pays the trunk's prefill once; later steps
+        follow it there (agent sessions, a hot document's questions)."""
+        if not live:
+            return []
+        chain, context = request.key.chain, request.key.key
+        trunk = self.replicas.trunk_depth(context, chain)
+        if trunk is None or deepest > trunk or trunk >= len(chain):
+            return []
+        n = len(request.fleet) if request.fleet is not None else len(eligible)
+        if len(live) >= self.replicas.wanted(context, n):
+            return []
+        return [c for c in eligible if c.id not in live]
 
     def _work_price(self, target: Candidate) -> float:
         """Seconds of waiting per second of prefill added to ``target``: the work delays
