@@ -357,3 +357,21 @@ def test_a_context_short_of_its_share_founds_a_replica_where_least_was_placed() 
     req = branch("persona", 10, b"session5")
     late = policy.rank(req, annotate(workers, req, held, {}))
     assert late.reason != "spread" and late.ranked[0].id in held
+
+
+def test_a_warm_worker_a_few_ms_slower_than_a_cold_owner_keeps_the_context() -> None:
+    """A stale queue shared by another router replica makes the warm worker look 20 ms
+    slower than the key's ring owner, which holds nothing: the context stays where it is
+    warm rather than gain a second copy; 100 ms slower is past the slack."""
+    workers = pool(4)
+    req = request("doc", tokens=1000)
+    owner = PredictedTTFT().rank(req, annotate(workers, req, {}, {})).ranked[0].id
+    warm = next(w.id for w in workers if w.id != owner)
+    held = {warm: 900.0}  # cost: 100 uncached tokens (5 ms) + the phantom queue
+
+    def placed(phantom_tokens: float) -> str:
+        candidates = annotate(workers, req, held, {warm: phantom_tokens})
+        return PredictedTTFT().rank(req, candidates).ranked[0].id
+
+    assert placed(1300.0) == warm  # 70 ms against the owner's 50: within the slack
+    assert placed(3000.0) == owner  # 155 ms against 50

@@ -7,8 +7,15 @@ whichever worker is idle that instant, and their later requests find them nowher
 context has a *home*: its live replicas (replicas.py), or its ring owner when it has
 none. The request stays home unless some worker is predicted faster by more than the
 slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
-- a worker that holds more of the prompt than home and is predicted faster wins, slack
-  or not (``warm``): it consolidates the context rather than scattering it;
+- a worker that holds more of the prompt than home and is predicted faster, or slower by
+  less than ``slack_s``, wins (``warm``): it consolidates the context rather than
+  scattering it. A prefix several workers hold and that is a minority of the prompt is
+  shared (a system prompt, a tool prompt), not this context's, and does not count;
+- a context with no live replica and nothing of its own held anywhere is cold: it starts
+  on its ring owner unless another worker starts it ``cold_slack_s`` sooner, both priced
+  on the fleet's prefill line;
+- a new branch of a busy context's trunk (replicas.py) founds a replica on the worker
+  placed least lately while the context has fewer replicas than its share (``spread``);
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
   home held more of the prompt, that makes a copy (``replicate``). A *hot* context
   (replicas.py), or one whose copy is small next to the other worker's KV cache (at most
@@ -162,7 +169,10 @@ class PredictedTTFT:
         # worker; a 288-token system prompt on 4 of 8 drew every new conversation there)
         deepest, shared = _held(request, candidates)
         warmer = [c for c in eligible if c.matched_blocks > max(stay.matched_blocks, shared)]
-        if warmer and cost(closest := min(warmer, key=cost)) < cost(stay):
+        # within ``slack_s``: a warm worker that a stale shared queue made look a few ms
+        # slower lost to a cold ring owner, and two router replicas put one document on
+        # two workers (tests/redis/test_agreement.py: 96-98 % agreement, not 99-100)
+        if warmer and cost(closest := min(warmer, key=cost)) < cost(stay) + self.slack_s:
             choice, reason = closest, "warm"
         elif not warmer and not live and _cold(deepest, shared):
             soonest = min(eligible, key=start)
