@@ -325,8 +325,8 @@ def test_the_trunk_is_what_every_request_of_a_context_shares() -> None:
 def test_a_context_short_of_its_share_founds_a_replica_where_least_was_placed() -> None:
     """An agent persona's tool prompt keys every step of every session: a new session (a
     branch no worker holds past the trunk) of a persona carrying the fleet's traffic starts
-    on the worker placed least lately, while a session's next step stays where its history
-    is, and a context with a small share stays home."""
+    on the worker placed least lately when its home is busy, while a session's next step
+    stays where its history is, and a context with a small share stays home."""
     clock = Clock()
     replicas = ReplicaSets(idle_s=30.0, clock=clock)
     policy = PredictedTTFT(replicas=replicas)
@@ -334,13 +334,18 @@ def test_a_context_short_of_its_share_founds_a_replica_where_least_was_placed() 
     trunk = 64.0 * 10  # the tool prompt: 10 links
     first = branch("persona", 10, b"session1")
     home = policy.rank(first, annotate(workers, first, {}, {})).ranked[0].id
-    for i in (2, 3):  # two more sessions' first requests: the trunk is learned from them
-        req = branch("persona", 10, b"session%d" % i)
-        decision = policy.rank(req, annotate(workers, req, {home: trunk}, {}))
+    req = branch("persona", 10, b"session2")  # the trunk is learned from two sessions
+    assert policy.rank(req, annotate(workers, req, {home: trunk}, {})).ranked[0].id == home
+    req = branch("persona", 10, b"session3")
+    idle = policy.rank(req, annotate(workers, req, {home: trunk}, {}))
+    assert idle.ranked[0].id == home  # an idle home starts it soonest: nothing to balance
+    next(w for w in workers if w.id == home).begin()  # home is busy now
+    decision = policy.rank(req, annotate(workers, req, {home: trunk}, {}))
     assert decision.reason == "spread" and decision.ranked[0].id != home
     founded = decision.ranked[0].id
     assert set(replicas.live("persona")) == {home, founded}
     # the next new session goes to a third worker: the two placed lately are passed over
+    next(w for w in workers if w.id == founded).begin()
     req = branch("persona", 10, b"session4")
     held = {home: trunk, founded: trunk}
     third = policy.rank(req, annotate(workers, req, held, {}))

@@ -178,7 +178,8 @@ class PredictedTTFT:
             soonest = min(eligible, key=start)
             if start(soonest) + self.cold_slack_s < start(stay):
                 choice, reason = soonest, "cold"
-        elif not warmer and (fresh := self._founds(request, live, eligible, deepest)):
+        elif not warmer and stay.load > 0 \
+                and (fresh := self._founds(request, live, eligible, deepest)):
             recent = self.replicas.recent  # a new branch of a context short of its share
             choice = min(fresh, key=lambda c: (recent(c.id), cost(c)))
             return self._decided(request, candidates, eligible, choice, "spread")
@@ -208,16 +209,19 @@ class PredictedTTFT:
     def _founds(self, request: RoutingRequest, live: dict[str, float],
                 eligible: Sequence[Candidate], deepest: int) -> list[Candidate]:
         """The workers this request may found a replica on: it adds a new branch to its
-        context's trunk (no worker holds any of it past the trunk), and the context has
-        fewer live replicas than its share of the fleet's recent requests fills. A branch
+        context's trunk (no worker holds any of it past the trunk), home is busy (the
+        caller checks: on an idle fleet a branch starts soonest at home, and balance buys
+        nothing yet), and the context has fewer live replicas than its share of the
+        fleet's recent requests fills. A branch
         starts where it balances the fleet and pays the trunk's prefill once; later steps
         follow it there (agent sessions, a hot document's questions)."""
         if not live:
             return []
         chain, context = request.key.chain, request.key.key
         trunk = self.replicas.trunk_depth(context, chain)
-        if trunk is None or deepest > trunk or trunk >= len(chain):
-            return []
+        if not trunk or deepest > trunk or trunk >= len(chain):
+            return []  # no trunk in common (another prompt under the same header), or not
+            # a new branch of it
         n = len(request.fleet) if request.fleet is not None else len(eligible)
         if len(live) >= self.replicas.wanted(context, n):
             return []
