@@ -90,12 +90,12 @@ class ReplicaSets:
         record.uses.append(now)
         if len(record.uses) > self.hot_uses:
             del record.uses[0]
-        record.demand = record.demand * math.exp((record.at - now) / self.idle_s) + 1.0
+        record.demand = self._decayed(record.demand, record.at, now) + 1.0
         record.at = now
-        self._total = self._total * math.exp((self._total_at - now) / self.idle_s) + 1.0
+        self._total = self._decayed(self._total, self._total_at, now) + 1.0
         self._total_at = now
         placed, at = self._placed.get(worker_id, (0.0, now))
-        self._placed[worker_id] = placed * math.exp((at - now) / self.idle_s) + 1.0, now
+        self._placed[worker_id] = self._decayed(placed, at, now) + 1.0, now
         return len(record.replicas)
 
     def recent(self, worker_id: str) -> float:
@@ -103,7 +103,11 @@ class ReplicaSets:
         balances the fleet over the next half minute, which a queue seen at one instant
         does not tell (an agent fleet ~5 % busy is idle everywhere at most instants)."""
         placed, at = self._placed.get(worker_id, (0.0, 0.0))
-        return placed * math.exp((at - self._clock()) / self.idle_s)
+        return self._decayed(placed, at, self._clock())
+
+    def _decayed(self, count: float, at: float, now: float) -> float:
+        """A count kept at ``at``, as of ``now``: each use fades over ``idle_s``."""
+        return count * math.exp((at - now) / self.idle_s)
 
     def is_hot(self, context: str) -> bool:
         """At least ``hot_uses`` requests within ``idle_s``: a context worth a second copy.
@@ -120,7 +124,7 @@ class ReplicaSets:
         record = self._contexts.get(context)
         if record is None or self._total <= 0:
             return 1
-        share = record.demand * math.exp((record.at - self._total_at) / self.idle_s) / self._total
+        share = self._decayed(record.demand, record.at, self._total_at) / self._total
         return max(1, math.ceil(workers * share))
 
     def trunk_depth(self, context: str, chain: tuple[bytes, ...]) -> int | None:

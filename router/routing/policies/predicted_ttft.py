@@ -162,7 +162,8 @@ class PredictedTTFT:
             home = [owner]
         stay = min(home, key=cost)
         choice = stay
-        # a worker holding more of the prompt consolidates the context: no slack needed. A
+        # a worker holding more of the prompt consolidates the context, unless slower than
+        # home by the slack. A
         # prefix several workers hold (a system prompt, a trace's shared opener) says
         # nothing about where this context lives: counted, a worker that has served
         # nothing never wins against those holding it (seen: 0 of 359 requests on one
@@ -178,8 +179,7 @@ class PredictedTTFT:
             soonest = min(eligible, key=start)
             if start(soonest) + self.cold_slack_s < start(stay):
                 choice, reason = soonest, "cold"
-        elif not warmer and stay.load > 0 \
-                and (fresh := self._founds(request, live, eligible, deepest)):
+        elif not warmer and (fresh := self._founds(request, live, stay, eligible, deepest)):
             recent = self.replicas.recent  # a new branch of a context short of its share
             choice = min(fresh, key=lambda c: (recent(c.id), cost(c)))
             return self._decided(request, candidates, eligible, choice, "spread")
@@ -206,16 +206,16 @@ class PredictedTTFT:
                                key=lambda c: (c.id not in allowed, c.ttft_s))
         return Decision([choice, *rest], reason, replicas)
 
-    def _founds(self, request: RoutingRequest, live: dict[str, float],
+    def _founds(self, request: RoutingRequest, live: dict[str, float], stay: Candidate,
                 eligible: Sequence[Candidate], deepest: int) -> list[Candidate]:
         """The workers this request may found a replica on: it adds a new branch to its
-        context's trunk (no worker holds any of it past the trunk), home is busy (the
-        caller checks: on an idle fleet a branch starts soonest at home, and balance buys
-        nothing yet), and the context has fewer live replicas than its share of the
+        context's trunk (no worker holds any of it past the trunk), home (``stay``) is busy
+        (on an idle fleet a branch starts soonest at home, and balance buys nothing
+        yet), and the context has fewer live replicas than its share of the
         fleet's recent requests fills. A branch
         starts where it balances the fleet and pays the trunk's prefill once; later steps
         follow it there (agent sessions, a hot document's questions)."""
-        if not live:
+        if not live or stay.load <= 0:
             return []
         chain, context = request.key.chain, request.key.key
         trunk = self.replicas.trunk_depth(context, chain)
