@@ -60,6 +60,8 @@ class ReplicaSets:
         self._contexts: OrderedDict[str, _Context] = OrderedDict()
         self._total, self._total_at = 0.0, 0.0  # every context's demand, alike
         self._placed: dict[str, tuple[float, float]] = {}  # worker id -> demand, at
+        self._work: dict[str, tuple[float, float]] = {}  # worker id -> prefill work, at
+        self._work_total, self._work_at = 0.0, 0.0
 
     def live(self, context: str) -> dict[str, float]:
         """Worker id -> last use, for replicas used within ``idle_s`` (stale ones dropped)."""
@@ -74,8 +76,10 @@ class ReplicaSets:
             del self._contexts[context]
         return replicas
 
-    def use(self, context: str, worker_id: str, chain: tuple[bytes, ...] = ()) -> int:
-        """Record a placement of a request with ``chain``; returns the replica count."""
+    def use(self, context: str, worker_id: str, chain: tuple[bytes, ...] = (),
+            work: float = 0.0) -> int:
+        """Record a placement of a request with ``chain`` that adds ``work`` (prefill
+        token-equivalents) to the worker; returns the replica count."""
         now = self._clock()
         record = self._contexts.get(context)
         if record is None:
@@ -96,7 +100,21 @@ class ReplicaSets:
         self._total_at = now
         placed, at = self._placed.get(worker_id, (0.0, now))
         self._placed[worker_id] = self._decayed(placed, at, now) + 1.0, now
+        if work > 0:
+            done, at = self._work.get(worker_id, (0.0, now))
+            self._work[worker_id] = self._decayed(done, at, now) + work, now
+            self._work_total = self._decayed(self._work_total, self._work_at, now) + work
+            self._work_at = now
         return len(record.replicas)
+
+    def recent_work(self, worker_id: str) -> float:
+        """Prefill work placed on the worker, decayed over ``idle_s``."""
+        done, at = self._work.get(worker_id, (0.0, 0.0))
+        return self._decayed(done, at, self._clock())
+
+    def fleet_work(self) -> float:
+        """Every worker's ``recent_work``, summed."""
+        return self._decayed(self._work_total, self._work_at, self._clock())
 
     def recent(self, worker_id: str) -> float:
         """Requests placed on the worker, each decayed over ``idle_s``: where a new branch
@@ -137,6 +155,8 @@ class ReplicaSets:
 
     def forget_worker(self, worker_id: str) -> None:
         self._placed.pop(worker_id, None)
+        done, at = self._work.pop(worker_id, (0.0, 0.0))
+        self._work_total = max(0.0, self._work_total - self._decayed(done, at, self._work_at))
         for context in [c for c, r in self._contexts.items()
                         if r.replicas.pop(worker_id, None) and not r.replicas]:
             del self._contexts[context]

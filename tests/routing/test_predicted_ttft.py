@@ -380,3 +380,37 @@ def test_a_warm_worker_a_few_ms_slower_than_a_cold_owner_keeps_the_context() -> 
 
     assert placed(1300.0) == warm  # 70 ms against the owner's 50: within the slack
     assert placed(3000.0) == owner  # 155 ms against 50
+
+
+
+def test_a_new_context_skips_a_ring_owner_with_more_than_its_share_of_recent_work() -> None:
+    """At low load no worker nears the in-flight bound, so new contexts followed the ring
+    alone and its arcs set the balance (offline multiturn: max/mean busy 1.25-1.46). A new
+    context starts on the first worker clockwise whose recent prefill work is within
+    ``epsilon`` of the fleet's mean; its later requests follow it there."""
+    clock = Clock()
+    replicas = ReplicaSets(idle_s=30.0, clock=clock)
+    policy = PredictedTTFT(replicas=replicas)
+    workers = pool(4)
+
+    def owned_by(worker_id: str, tag: str) -> RoutingRequest:
+        for i in range(1000):
+            req = request(f"{tag}{i}")  # a fresh policy has no recent work: the ring alone
+            if PredictedTTFT().rank(req, annotate(workers, req, {}, {})).ranked[0].id \
+                    == worker_id:
+                return req
+        raise AssertionError("no key owned by " + worker_id)
+
+    for w in workers:  # 4,000 tokens placed on every worker lately
+        replicas.use(f"old-{w.id}", w.id, (), 4000.0)
+    replicas.use("long-prompt", "w0", (), 40_000.0)  # and a long prompt on w0
+    mine, other = owned_by("w0", "a"), owned_by("w1", "b")
+    moved = policy.rank(mine, annotate(workers, mine, {}, {}))
+    assert moved.reason == "spill" and moved.ranked[0].id != "w0"
+    assert policy.rank(mine, annotate(workers, mine, {}, {})).ranked[0].id == \
+        moved.ranked[0].id  # its home now
+    kept = policy.rank(other, annotate(workers, other, {}, {}))
+    assert kept.reason == "ring" and kept.ranked[0].id == "w1"
+    clock.now = 300.0  # ten idle_s later the work has faded: the ring decides again
+    late = owned_by("w0", "c")
+    assert policy.rank(late, annotate(workers, late, {}, {})).ranked[0].id == "w0"

@@ -176,6 +176,9 @@ class PredictedTTFT:
         if warmer and cost(closest := min(warmer, key=cost)) < cost(stay) + self.slack_s:
             choice, reason = closest, "warm"
         elif not warmer and not live and _cold(deepest, shared):
+            if reason in ("ring", "spill"):
+                stay, reason = self._balanced_owner(request, candidates, eligible, stay, reason)
+                choice = stay
             soonest = min(eligible, key=start)
             if start(soonest) + self.cold_slack_s < start(stay):
                 choice, reason = soonest, "cold"
@@ -200,7 +203,8 @@ class PredictedTTFT:
 
     def _decided(self, request: RoutingRequest, candidates: Sequence[Candidate],
                  eligible: Sequence[Candidate], choice: Candidate, reason: str) -> Decision:
-        replicas = self.replicas.use(request.key.key, choice.id, request.key.chain)
+        replicas = self.replicas.use(request.key.key, choice.id, request.key.chain,
+                                     choice.prefill_work)
         allowed = {c.id for c in eligible}
         rest = heapq.nsmallest(self.depth - 1, (c for c in candidates if c is not choice),
                                key=lambda c: (c.id not in allowed, c.ttft_s))
@@ -239,6 +243,29 @@ class PredictedTTFT:
         capacity = target.worker.capacity_blocks * target.worker.block_size
         return capacity > 0 and warm.cached_tokens - target.cached_tokens \
             <= self.copy_share * capacity
+
+    def _balanced_owner(self, request: RoutingRequest, candidates: Sequence[Candidate],
+                        eligible: Sequence[Candidate], owner: Candidate,
+                        reason: str) -> tuple[Candidate, str]:
+        """A new context's home: the first worker clockwise from its key whose recent
+        prefill work is within ``epsilon`` of the fleet's mean, this request's counted
+        (consistent hashing with bounded loads, as the in-flight guard, on work decayed
+        over the replicas' ``idle_s`` rather than on requests in flight). At low load
+        every worker is under the in-flight bound, so new contexts followed the ring alone
+        and its arcs set the balance: offline multiturn, max/mean busy 1.25-1.46."""
+        fleet = request.fleet
+        n = len(fleet) if fleet is not None else len(candidates)
+        work = self.replicas.recent_work
+        cap = (1 + self.epsilon) * (self.replicas.fleet_work() + owner.prefill_work) / n
+        if work(owner.id) <= cap:
+            return owner, reason
+        allowed = {c.id: c for c in eligible}
+        ids = frozenset(c.id for c in candidates) if fleet is None else fleet.ids
+        for worker_id in self._rings.walk_ids(request.key.key, ids):
+            c = allowed.get(worker_id)
+            if c is not None and work(worker_id) <= cap:
+                return c, "spill"
+        return owner, reason
 
     def _ring_owner(self, request: RoutingRequest, candidates: Sequence[Candidate],
                     eligible: Sequence[Candidate]) -> tuple[Candidate, str]:
