@@ -52,13 +52,17 @@ class HealthChecker:
             if healthy:
                 await self._learn_models(worker)
         except (aiohttp.ClientError, TimeoutError) as exc:
-            # a probe that only timed out on a worker still streaming is a busy worker:
+            # a probe that only timed out on a worker still streaming, or still computing
+            # the prefill queued on it, is a busy worker:
             # marking it down would cancel every request waiting on it (the proxy moves a
             # down worker's requests) and, fleet-wide under a burst, fail them all
-            healthy = isinstance(exc, TimeoutError) and worker.healthy and \
-                worker.streaming_within(self._timeout_s, time.monotonic())
+            now = time.monotonic()
+            healthy = isinstance(exc, TimeoutError) and worker.healthy and (
+                worker.streaming_within(self._timeout_s, now)
+                or worker.prefilling_within(self._timeout_s, now))
             if healthy:
-                log.info("worker %s: /health timed out while it streams; kept up", worker.id)
+                log.info("worker %s: /health timed out while it streams or prefills; kept up",
+                         worker.id)
             elif isinstance(exc, aiohttp.ClientSSLError) and worker.id not in self._tls_failed:
                 # an https worker whose certificate the router does not trust: say why, once
                 self._tls_failed.add(worker.id)

@@ -93,6 +93,18 @@ class Worker:
         every stream); that is load, not death."""
         return self.in_flight > 0 and now - self.heard_s <= seconds
 
+    def prefilling_within(self, seconds: float, now: float) -> bool:
+        """Silent for less than twice the time the prefill queued on it takes (at its learned
+        rate), plus ``seconds``: an engine computing a 100 k-token prompt sends nothing for
+        seconds, and a stopped one stays silent past that. Marking such a worker down
+        moved its queued prompts to cold workers (live Mooncake replay: a 122 k-token turn
+        that waited warm was recomputed elsewhere, 19.6 s to its first token)."""
+        cost = self.cost
+        if self.in_flight <= 0 or cost.pending <= 0:
+            return False
+        quiet = now - max(self.heard_s, cost.draining_since)
+        return quiet <= seconds + 2 * cost.pending_tokens / cost.prefill.rate
+
     @property
     def load(self) -> int:
         return self.in_flight + self.external_load

@@ -53,3 +53,31 @@ async def test_a_late_probe_on_a_streaming_worker_keeps_it_up_and_its_stream_who
         while await healthy_gauge(session, fleet, worker) != 0.0:
             assert time.monotonic() < deadline, "an idle worker with a dead probe stayed up"
             await asyncio.sleep(0.1)
+
+
+@pytest.mark.router_args("--health-timeout-s", "0.3", "--prefill-rate", "2000")
+async def test_a_late_probe_on_a_worker_computing_a_long_prompt_keeps_it_up(
+        fleet: Fleet) -> None:
+    """Nothing streams while an engine computes a long prompt: its probe times out, yet the
+    prompt queued on it (~7,500 tokens at 2,000 tokens/s: ~4 s predicted) says it is busy.
+    Marked down, its request would move to a worker that must compute it again."""
+    long = {"model": MODEL, "messages": [{"role": "user", "content": "word " * 6000}]}
+    async with aiohttp.ClientSession() as session:
+        call = asyncio.create_task(session.post(
+            fleet.url + "/v1/chat/completions", json=long,
+            headers={"X-Test-Mode": "sleep-2500"}))  # its first byte 2.5 s away
+        await asyncio.sleep(0.3)
+        for upstream in fleet.upstreams:  # every probe now times out
+            upstream.post("/health-delay/1000")
+        async with await call as resp:
+            assert resp.status == 200, await resp.text()
+            worker = resp.headers["X-Prefix-Router-Worker"]
+            assert resp.headers["X-Prefix-Router-Reason"] != "failover"
+        stats = {u.name: u.stats() for u in fleet.upstreams}
+        assert stats[worker]["cancelled"] == 0
+        assert sum(s["requests"] for s in stats.values()) == 1  # served once, where it waited
+        # idle now: the late probe is a verdict, and the worker goes down
+        deadline = time.monotonic() + 10
+        while await healthy_gauge(session, fleet, worker) != 0.0:
+            assert time.monotonic() < deadline, "an idle worker with a dead probe stayed up"
+            await asyncio.sleep(0.1)
