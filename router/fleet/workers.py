@@ -102,8 +102,10 @@ class Worker:
         cost = self.cost
         if self.in_flight <= 0 or cost.pending <= 0:
             return False
-        quiet = now - max(self.heard_s, cost.draining_since)
-        return quiet <= seconds + 2 * cost.pending_tokens / cost.prefill.rate
+        busy_s = 2 * cost.pending_tokens / cost.prefill.rate
+        if busy_s <= seconds:  # a queue shorter than the probe's wait explains no silence:
+            return False  # a stopped worker goes down as fast as before
+        return now - max(self.heard_s, cost.draining_since) <= seconds + busy_s
 
     @property
     def load(self) -> int:
