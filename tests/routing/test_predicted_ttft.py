@@ -364,6 +364,36 @@ def test_a_context_short_of_its_share_founds_a_replica_where_least_was_placed() 
     assert late.reason != "spread" and late.ranked[0].id in held
 
 
+def _persona_at_its_share(placed_on_w3: int) -> tuple[PredictedTTFT, list[Worker]]:
+    """A persona with two sessions on w0 and one replica wanted (the other contexts carry
+    most of the traffic, on w0-w2, ``placed_on_w3`` on w3), its home busy."""
+    replicas = ReplicaSets(idle_s=30.0, clock=Clock())
+    for session in (b"s1", b"s2"):
+        replicas.use("persona", "w0", branch("persona", 10, session).key.chain)
+    for i in range(39):
+        replicas.use(f"doc{i}", f"w{i % 3}")
+    for i in range(placed_on_w3):
+        replicas.use(f"late{i}", "w3")
+    assert replicas.wanted("persona", 4) == 1
+    workers = pool(4)
+    workers[0].begin()
+    return PredictedTTFT(replicas=replicas), workers
+
+
+def test_a_new_branch_past_its_share_founds_a_replica_only_on_a_worker_placed_under_half(
+) -> None:
+    """w0 took 15 recent requests: a new session founds on w3 when w3 took none, and stays
+    home when w3 took 8 (a worker near the others' count is no imbalance to fix)."""
+    req = branch("persona", 10, b"s3")
+    held = {"w0": 640.0}
+    policy, workers = _persona_at_its_share(placed_on_w3=0)
+    founded = policy.rank(req, annotate(workers, req, held, {}))
+    assert founded.reason == "spread" and founded.ranked[0].id == "w3"
+    policy, workers = _persona_at_its_share(placed_on_w3=8)
+    kept = policy.rank(req, annotate(workers, req, held, {}))
+    assert kept.reason != "spread" and kept.ranked[0].id == "w0"
+
+
 def test_a_warm_worker_a_few_ms_slower_than_a_cold_owner_keeps_the_context() -> None:
     """A stale queue shared by another router replica makes the warm worker look 20 ms
     slower than the key's ring owner, which holds nothing: the context stays where it is

@@ -215,8 +215,11 @@ class PredictedTTFT:
         """The workers this request may found a replica on: it adds a new branch to its
         context's trunk (no worker holds any of it past the trunk), home (``stay``) is busy
         (on an idle fleet a branch starts soonest at home, and balance buys nothing
-        yet), and the context has fewer live replicas than its share of the
-        fleet's recent requests fills. A branch
+        yet), and either the context has fewer live replicas than its share of the
+        fleet's recent requests fills, or a worker outside them took under half the recent
+        requests of the least placed one (shares fill the fleet only on average: three
+        personas' replicas overlap, and offline agentic seed 1 left two workers with 6
+        sessions each against 12-18 elsewhere, max/mean busy 1.24). A branch
         starts where it balances the fleet and pays the trunk's prefill once; later steps
         follow it there (agent sessions, a hot document's questions)."""
         if not live or stay.load <= 0:
@@ -227,9 +230,12 @@ class PredictedTTFT:
             return []  # no trunk in common (another prompt under the same header), or not
             # a new branch of it
         n = len(request.fleet) if request.fleet is not None else len(eligible)
-        if len(live) >= self.replicas.wanted(context, n):
-            return []
-        return [c for c in eligible if c.id not in live]
+        fresh = [c for c in eligible if c.id not in live]
+        if len(live) < self.replicas.wanted(context, n):
+            return fresh
+        recent = self.replicas.recent
+        least = min(recent(worker_id) for worker_id in live)
+        return [c for c in fresh if 2 * recent(c.id) < least]
 
     def _work_price(self, target: Candidate) -> float:
         """Seconds of waiting per second of prefill added to ``target``: the work delays
@@ -253,19 +259,13 @@ class PredictedTTFT:
         over the replicas' ``idle_s`` rather than on requests in flight). At low load
         every worker is under the in-flight bound, so new contexts followed the ring alone
         and its arcs set the balance: offline multiturn, max/mean busy 1.25-1.46."""
-        fleet = request.fleet
-        n = len(fleet) if fleet is not None else len(candidates)
+        n = len(request.fleet) if request.fleet is not None else len(candidates)
         work = self.replicas.recent_work
         cap = (1 + self.epsilon) * (self.replicas.fleet_work() + owner.prefill_work) / n
         if work(owner.id) <= cap:
             return owner, reason
-        allowed = {c.id: c for c in eligible}
-        ids = frozenset(c.id for c in candidates) if fleet is None else fleet.ids
-        for worker_id in self._rings.walk_ids(request.key.key, ids):
-            c = allowed.get(worker_id)
-            if c is not None and work(worker_id) <= cap:
-                return c, "spill"
-        return owner, reason
+        light = [c for c in eligible if work(c.id) <= cap]
+        return self._ring_owner(request, candidates, light) if light else (owner, reason)
 
     def _ring_owner(self, request: RoutingRequest, candidates: Sequence[Candidate],
                     eligible: Sequence[Candidate]) -> tuple[Candidate, str]:
