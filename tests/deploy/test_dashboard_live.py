@@ -38,7 +38,13 @@ def test_dashboard_metrics_exist_on_a_live_router_and_worker() -> None:
         body = b'{"model": "m", "max_tokens": 2, "prompt": "hello there"}'
         req = urllib.request.Request(f"http://127.0.0.1:{router_port}/v1/completions",
                                      data=body, headers={"Content-Type": "application/json"})
-        urllib.request.urlopen(req, timeout=30).close()
+        try:
+            urllib.request.urlopen(req, timeout=30).close()
+        except OSError as exc:  # say what the two processes were doing (a CI run hung here)
+            stop(router)
+            stop(sim)
+            raise AssertionError(f"{exc!r}\nrouter:\n{router.stdout.read()}\n"  # type: ignore[union-attr]
+                                 f"sim:\n{sim.stdout.read()}") from exc  # type: ignore[union-attr]
         live = exposed(f"http://127.0.0.1:{router_port}") | exposed(
             f"http://127.0.0.1:{sim_port}")
     finally:
