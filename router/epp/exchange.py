@@ -1,7 +1,13 @@
 """One HTTP request through the gateway, as the picker sees it over its ext_proc stream.
 
 request headers -> request body: decide (router/server/decide.py, as the proxy does) and
-answer with the ranked endpoints; the primary's Attempt starts (pending prefill).
+answer with the ranked endpoints; the primary's Attempt starts (pending prefill). With a
+BUFFERED body Envoy waits for the headers' answer before it sends the body: two round
+trips to the picker before the request leaves. The shipped config streams the body without
+waiting (``send_body_without_waiting_for_header_response``), and the picker holds its
+answer to the headers until the body's last chunk: then the pick goes in that answer (the
+header can still be set: Envoy has not routed yet), followed by one per chunk. One round
+trip.
 response headers: which endpoint served (a fallback when the primary failed before its
 first byte: the primary's try ends as a failure, the fallback's begins) and its status.
 response body, in line (the picking filter streams it) or observed (Envoy's observer
@@ -64,61 +70,79 @@ class Exchange:
         self._headers_at: float | None = None  # when the response headers came
         self._closed = False
         self._inline = True  # response body chunks come on this stream
+        # the headers' answer waits for the body (Envoy sends the body without waiting for
+        # it): one round trip to the picker before the request leaves, not two
+        self._hold_headers = False
 
-    async def handle(self, message: ext_proc.ProcessingRequest) -> Reply:
+    async def handle(self, message: ext_proc.ProcessingRequest) -> list[Reply]:
+        """The replies to one message, in the order Envoy expects them: one each, or, while
+        the headers' answer is held for the body, none until its last chunk, then the
+        headers' answer (the pick) and one per chunk."""
         kind = message.WhichOneof("request")
         if message.HasField("protocol_config"):  # the first message says what will follow
-            self._inline = message.protocol_config.response_body_mode != \
-                processing_mode_pb2.ProcessingMode.NONE
+            config = message.protocol_config
+            self._inline = config.response_body_mode != processing_mode_pb2.ProcessingMode.NONE
             self._observed = self._observed and not self._inline
+            self._hold_headers = config.send_body_without_waiting_for_header_response and \
+                config.request_body_mode == processing_mode_pb2.ProcessingMode.STREAMED
         if kind == "request_headers":
             return self._request_headers(message)
         if kind == "request_body":
             return await self._request_body(message)
         if kind == "response_headers":
-            return self._response_headers(message)
+            return [self._response_headers(message)]
         if kind == "response_body":
-            return self._response_body(message.response_body)
+            return [self._response_body(message.response_body)]
         if kind == "request_trailers":
-            return Reply(request_trailers=ext_proc.TrailersResponse())
-        return Reply(response_trailers=ext_proc.TrailersResponse())
+            return [Reply(request_trailers=ext_proc.TrailersResponse())]
+        return [Reply(response_trailers=ext_proc.TrailersResponse())]
 
     # -- request ---------------------------------------------------------------------
-    def _request_headers(self, message: ext_proc.ProcessingRequest) -> Reply:
+    def _request_headers(self, message: ext_proc.ProcessingRequest) -> list[Reply]:
         headers = protocol.headers(message.request_headers)
         self._path = headers.get(":path", "").split("?", 1)[0]
         self._context_hash = headers.get(CONTEXT_HASH_HEADER.lower())
         self._request_id = headers.get("x-request-id", "")
         self._subset = protocol.subset_hint(message)
         if not message.request_headers.end_of_stream:
-            return protocol.CONTINUE_HEADERS
-        return self._pick_without_body(Reply(request_headers=ext_proc.HeadersResponse()))
+            return [] if self._hold_headers else [protocol.CONTINUE_HEADERS]
+        return [self._pick_without_body(on_headers=True)]
 
-    async def _request_body(self, message: ext_proc.ProcessingRequest) -> Reply:
+    async def _request_body(self, message: ext_proc.ProcessingRequest) -> list[Reply]:
         self._body.append(message.request_body.body)
         if not message.request_body.end_of_stream:
-            return protocol.CONTINUE_BODY
+            return [] if self._hold_headers else [protocol.CONTINUE_BODY]
+        held = self._hold_headers
         if self._path not in PROMPT_READERS:
-            return self._pick_without_body(Reply(request_body=ext_proc.BodyResponse()))
+            return self._with_body(self._pick_without_body(on_headers=held))
         pipeline = self._state.pipeline
         try:
             routed = await decide(pipeline, b"".join(self._body), self._path,
                                   PROMPT_READERS[self._path], self._context_hash, self._subset)
         except Rejected as exc:
-            return self._refuse(exc)
+            return [self._refuse(exc)]
         except Exception:
             log.exception("picker failed on a request", extra={"request_id": self._request_id})
             if self._fail_open:  # let the gateway's own load balancing place it
                 self._state.metrics.decisions.labels(pipeline.policy.name, "fail_open").inc()
-                return protocol.CONTINUE_BODY
-            return self._refuse(Rejected(503, "the endpoint picker failed", "picker_error", 1))
-        self._body.clear()
+                return self._with_body(protocol.CONTINUE_HEADERS if held
+                                       else protocol.CONTINUE_BODY)
+            return [self._refuse(Rejected(503, "the endpoint picker failed", "picker_error", 1))]
         self._routing = routed.routing
-        return self._answer(routed.decision, routed.parsed.stream)
+        return self._with_body(self._answer(routed.decision, routed.parsed.stream, held))
 
-    def _pick_without_body(self, reply: Reply) -> Reply:
+    def _with_body(self, reply: Reply) -> list[Reply]:
+        """``reply`` (the answer to the body, or to the held headers), then, when the
+        headers were held, the answers every body chunk still waits for."""
+        chunks = len(self._body)
+        self._body.clear()
+        if not self._hold_headers or reply.HasField("immediate_response"):
+            return [reply]
+        return [reply, *([protocol.CONTINUE_BODY] * chunks)]
+
+    def _pick_without_body(self, on_headers: bool) -> Reply:
         """No body this picker keys on (GET /v1/models, another API): the least-loaded
-        worker. ``reply`` is a fresh message; the answer is written into it."""
+        worker."""
         try:
             pipeline = self._state.pipeline
             candidates = pipeline.routable(pipeline.fleet(None))
@@ -129,21 +153,18 @@ class Exchange:
             if not candidates:
                 return self._refuse(Rejected(503, "no routable worker in the gateway's "
                                              "endpoint subset", "no_worker_in_subset", 1))
-        answer = self._answer(Decision(sorted(candidates, key=lambda c: c.load),
-                                       "least_loaded"), stream=False)
-        target = getattr(reply, reply.WhichOneof("response"))
-        target.response.CopyFrom(answer.request_body.response)
-        reply.dynamic_metadata.CopyFrom(answer.dynamic_metadata)
-        return reply
+        return self._answer(Decision(sorted(candidates, key=lambda c: c.load), "least_loaded"),
+                            False, on_headers)
 
-    def _answer(self, decision: Decision, stream: bool) -> Reply:
+    def _answer(self, decision: Decision, stream: bool, on_headers: bool) -> Reply:
         tries = decision.ranked[: self._state.config.retry_attempts]
         self._ranked = tries
         self._reason = decision.reason
         self._begin(tries[0], stream)
         if self._observed:
             self._exchange_id = self._observations.open(self)
-        return protocol.pick((address(c.worker.url) for c in tries), self._exchange_id)
+        return protocol.pick((address(c.worker.url) for c in tries), self._exchange_id,
+                             on_headers)
 
     def _refuse(self, exc: Rejected) -> Reply:
         metrics = self._state.metrics

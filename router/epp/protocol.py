@@ -73,8 +73,10 @@ def served_endpoint(request: ext_proc.ProcessingRequest) -> str | None:
     return None
 
 
-def pick(endpoints: Iterable[str], exchange: str = "") -> ext_proc.ProcessingResponse:
-    """The answer to the request body: where to send it, in the header and the metadata;
+def pick(endpoints: Iterable[str], exchange: str = "", on_headers: bool = False
+         ) -> ext_proc.ProcessingResponse:
+    """Where to send the request, in the header and the metadata: the answer to its body,
+    or ``on_headers`` to its headers (held until the body came: see router/epp/exchange.py);
     ``exchange``: the id an observer filter's messages will carry back."""
     value = ",".join(endpoints)
     metadata = struct_pb2.Struct()
@@ -84,6 +86,9 @@ def pick(endpoints: Iterable[str], exchange: str = "") -> ext_proc.ProcessingRes
             exchange
     common = ext_proc.CommonResponse(
         header_mutation=ext_proc.HeaderMutation(set_headers=[_header(DESTINATION, value)]))
+    if on_headers:
+        return ext_proc.ProcessingResponse(
+            request_headers=ext_proc.HeadersResponse(response=common), dynamic_metadata=metadata)
     return ext_proc.ProcessingResponse(request_body=ext_proc.BodyResponse(response=common),
                                        dynamic_metadata=metadata)
 

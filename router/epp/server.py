@@ -45,7 +45,8 @@ class Picker(ext_proc_grpc.ExternalProcessorServicer):
                             self._observations, observer)
         try:
             while message is not grpc.aio.EOF:
-                await context.write(await exchange.handle(message))
+                for reply in await exchange.handle(message):
+                    await context.write(reply)
                 message = await context.read()
         finally:
             exchange.data_path_over()

@@ -4,12 +4,14 @@ observer stream that arrives after the picking stream has ended."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 
 import grpc
 import pytest
 from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -104,6 +106,39 @@ async def test_bad_body_is_an_immediate_400(picker: Gateway) -> None:
     assert replies[-1].immediate_response.status.code == 400
     assert json.loads(replies[-1].immediate_response.body)["error"]["type"] == \
         "invalid_request_error"
+
+
+async def test_held_headers_are_answered_with_the_pick_once_the_body_is_whole(
+        picker: Gateway) -> None:
+    """Envoy streaming the body without waiting for the headers' answer (the shipped
+    config): nothing comes back until the body's last chunk, then the headers' answer
+    carrying the pick (Envoy routes on it) and one answer per chunk, in that order."""
+    headers = request_headers()
+    headers.protocol_config.request_body_mode = processing_mode_pb2.ProcessingMode.STREAMED
+    headers.protocol_config.send_body_without_waiting_for_header_response = True
+    payload = json.dumps({"model": MODEL, "prompt": "held " * 80}).encode()
+    chunks = [ext_proc.ProcessingRequest(request_body=ext_proc.HttpBody(
+        body=part, end_of_stream=last)) for part, last in
+        ((payload[:40], False), (payload[40:], True))]
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{picker.grpc_port}") as channel:
+        call = ext_proc_grpc.ExternalProcessorStub(channel).Process()
+        await call.write(headers)
+        await call.write(chunks[0])
+        early = asyncio.ensure_future(call.read())
+        done, _ = await asyncio.wait((early,), timeout=0.5)
+        assert not done, "answered before the body was whole"
+        await call.write(chunks[1])
+        replies = [await early, await call.read(), await call.read()]
+        await call.done_writing()
+    assert [r.WhichOneof("response") for r in replies] == [
+        "request_headers", "request_body", "request_body"]
+    mutation = replies[0].request_headers.response.header_mutation
+    header = next(h.header.raw_value.decode() for h in mutation.set_headers
+                  if h.header.key == protocol.DESTINATION)
+    assert header == replies[0].dynamic_metadata.fields[protocol.LB_NAMESPACE].struct_value \
+        .fields[protocol.DESTINATION].string_value
+    assert header.split(",")[0] in {address(s.url) for s in picker.sims}
+    assert not replies[1].request_body.HasField("response")  # the body goes on unchanged
 
 
 async def test_grpc_health_services(picker: Gateway) -> None:
