@@ -6,6 +6,8 @@ import json
 import os
 import random
 import signal
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -183,6 +185,40 @@ def test_lean_mode_still_ends_each_request_and_keeps_contexts_warm(tmp_path) -> 
         assert gw.settled_metric("prefix_router_requests_total", 3, worker=worker,
                                  status="200") == 3
         assert gw.picker_metric("prefix_router_cached_tokens_actual_total") == 0  # no usage
+    finally:
+        gw.stop()
+
+
+def test_a_long_stream_stays_in_flight_until_its_last_byte(tmp_path) -> None:
+    """The picker ends a request when its observed body ends or Envoy closes the picking
+    stream. A stream outliving the observation grace (0.5 s here) stays in flight to its
+    end and is ended by its observation, never expired (Envoy closed the picking stream
+    right after the response headers when it streamed the request body with trailers
+    skipped: a 12 s prefill counted as ended after 5 s, and its worker drew new requests)."""
+    gw = start_gateway(tmp_path, workers=1, time_scale=1.0,
+                       picker_args=("--epp-observe-grace-s", "0.5"))
+    try:
+        body = {"model": MODEL, "prompt": prompt(3, words=200), "max_tokens": 300,
+                "stream": True}
+        answers: list[tuple[int, dict[str, str], bytes]] = []
+        stream = threading.Thread(target=lambda: answers.append(post(gw.url, body, 120)))
+        started = time.monotonic()
+        stream.start()
+        running_samples = 0
+        while stream.is_alive():
+            in_flight = gw.picker_metric("prefix_router_worker_in_flight")
+            expired = gw.picker_metric("prefix_router_epp_observations_total",
+                                       outcome="expired")
+            assert expired == 0, "a running stream was counted as ended"
+            if time.monotonic() - started > 1.2 and stream.is_alive():
+                assert in_flight == 1, "the worker lost a stream that was still running"
+                running_samples += 1
+            time.sleep(0.1)
+        assert answers and answers[0][0] == 200 and answers[0][2].endswith(b"data: [DONE]\n\n")
+        assert running_samples > 0, "the stream ended too soon to show anything"
+        assert gw.settled_metric("prefix_router_epp_observations_total", 1,
+                                 outcome="observed") == 1
+        assert gw.settled_metric("prefix_router_worker_in_flight", 0) == 0
     finally:
         gw.stop()
 
