@@ -30,7 +30,7 @@ def envoy_binary() -> str:
     return path
 
 
-MODES = ("observed", "lean", "inline")
+MODES = ("observed", "lean", "inline", "buffered")
 
 
 def envoy_config(listen_port: int, admin_port: int, picker: tuple[str, int] | None,
@@ -40,8 +40,10 @@ def envoy_config(listen_port: int, admin_port: int, picker: tuple[str, int] | No
     no ``picker``: Envoy alone (its fallback policy places every request), the floor.
     ``mode``: ``observed`` (as shipped: response bodies reach the picker through the
     observer filter, off the data path), ``lean`` (no observer: no usage read from the
-    answers) or ``inline`` (no observer, the picking filter streams the bodies through the
-    picker, as GIE gateways do: Envoy waits on it for every chunk)."""
+    answers), ``inline`` (no observer, the picking filter streams the bodies through the
+    picker, as GIE gateways do: Envoy waits on it for every chunk) or ``buffered`` (as
+    shipped, but the request body buffered: Envoy waits for the answer to the headers
+    before it sends the body, two round trips to the picker before the request leaves)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     config = yaml.safe_load(ENVOY_CONFIG.read_text())
@@ -54,10 +56,13 @@ def envoy_config(listen_port: int, admin_port: int, picker: tuple[str, int] | No
                 if f["name"] == "envoy.filters.http.ext_proc"
                 and not f["typed_config"].get("observability_mode"))
     pick["failure_mode_allow"] = fail_open
+    if mode == "buffered":
+        pick["processing_mode"]["request_body_mode"] = "BUFFERED"
+        del pick["send_body_without_waiting_for_header_response"]
     if picker is None:
         manager["http_filters"] = [f for f in manager["http_filters"]
                                    if f["name"] != "envoy.filters.http.ext_proc"]
-    elif mode != "observed":
+    elif mode in ("lean", "inline"):
         manager["http_filters"] = [f for f in manager["http_filters"]
                                    if not f["typed_config"].get("observability_mode")]
         del pick["grpc_service"]["initial_metadata"]  # no observer to wait for

@@ -362,3 +362,23 @@ def test_inline_bodies_as_gie_gateways_send_them_are_learned_from(tmp_path) -> N
         assert gw.envoy_stat("http.inference.ext_proc.picker.stream_msgs_received") > 3 * 3
     finally:
         gw.stop()
+
+
+def test_a_buffered_request_body_gets_the_pick_in_the_answer_to_the_body(tmp_path) -> None:
+    """A gateway that buffers the body (it waits for the answer to the headers first): the
+    pick goes in the answer to the body, and a context still lands on its warm worker."""
+    gw = start_gateway(tmp_path, workers=2, mode="buffered")
+    try:
+        text = prompt(19, words=1200)
+        workers, cached = set(), []
+        for _ in range(3):
+            status, headers, body = post(gw.url, stream_body(6, text))
+            chunks, last = events(body)
+            assert status == 200 and last == "[DONE]"
+            workers.add(headers["x-prefix-router-worker"])
+            cached.append(chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"])
+        assert len(workers) == 1 and cached[0] == 0 and all(c > 0 for c in cached[1:])
+        assert gw.sim(workers.pop()).counter("vllm:request_success_total") == 3
+        assert gw.settled_metric("prefix_router_worker_in_flight", 0) == 0
+    finally:
+        gw.stop()
