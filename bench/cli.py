@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma list; prefix_aware@EPS sets epsilon; +hdr sends X-Context-Hash "
                    "of the whole context, +hdr1 of the first document; +envoy runs the "
                    "policy as Envoy's endpoint picker (+envoy-lean, +envoy-inline, "
-                   "+envoy-buffered: bench/gateway.py)")
+                   "+envoy-held: bench/gateway.py)")
     c.add_argument("--out-dir", type=Path, default=RESULTS)
     c.add_argument("--name", default=None, help="file stem (default: the workload)")
     off = sub.add_parser("offline", help="every policy on simulated time, in process: "

@@ -79,7 +79,7 @@ def compare(args: argparse.Namespace) -> list[dict[str, Any]]:
     for spec in [s for s in args.policies.split(",") if s]:
         # +envoy: the same policy as Envoy's endpoint picker (response bodies observed off
         # the data path); +envoy-lean: they bypass the picker; +envoy-inline: they pass it;
-        # +envoy-buffered: the request body buffered (two round trips before it leaves)
+        # +envoy-held: the body streamed, the pick held for it (one round trip, not two)
         base, _, gateway = spec.partition("+envoy")
         policy, eps, scope = parse_policy(base)
         cfg = run_config(args, policy=policy, label=spec, out=out_dir / f"{name}-{spec}.json")

@@ -30,7 +30,7 @@ def envoy_binary() -> str:
     return path
 
 
-MODES = ("observed", "lean", "inline", "buffered")
+MODES = ("observed", "lean", "inline", "held")
 
 
 def envoy_config(listen_port: int, admin_port: int, picker: tuple[str, int] | None,
@@ -41,9 +41,11 @@ def envoy_config(listen_port: int, admin_port: int, picker: tuple[str, int] | No
     ``mode``: ``observed`` (as shipped: response bodies reach the picker through the
     observer filter, off the data path), ``lean`` (no observer: no usage read from the
     answers), ``inline`` (no observer, the picking filter streams the bodies through the
-    picker, as GIE gateways do: Envoy waits on it for every chunk) or ``buffered`` (as
-    shipped, but the request body buffered: Envoy waits for the answer to the headers
-    before it sends the body, two round trips to the picker before the request leaves)."""
+    picker, as GIE gateways do: Envoy waits on it for every chunk) or ``held`` (as shipped,
+    but the request body streamed without waiting for the answer to the headers, which the
+    picker holds until the body's last chunk: one waited round trip before the request
+    leaves instead of two; response trailers sent, or Envoy would close the picking stream,
+    the request's end for the picker, right after the response headers)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     config = yaml.safe_load(ENVOY_CONFIG.read_text())
@@ -56,9 +58,10 @@ def envoy_config(listen_port: int, admin_port: int, picker: tuple[str, int] | No
                 if f["name"] == "envoy.filters.http.ext_proc"
                 and not f["typed_config"].get("observability_mode"))
     pick["failure_mode_allow"] = fail_open
-    if mode == "buffered":
-        pick["processing_mode"]["request_body_mode"] = "BUFFERED"
-        del pick["send_body_without_waiting_for_header_response"]
+    if mode == "held":
+        pick["send_body_without_waiting_for_header_response"] = True
+        pick["processing_mode"].update(request_body_mode="STREAMED",
+                                       response_trailer_mode="SEND")
     if picker is None:
         manager["http_filters"] = [f for f in manager["http_filters"]
                                    if f["name"] != "envoy.filters.http.ext_proc"]

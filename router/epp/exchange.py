@@ -2,12 +2,13 @@
 
 request headers -> request body: decide (router/server/decide.py, as the proxy does) and
 answer with the ranked endpoints; the primary's Attempt starts (pending prefill). With a
-BUFFERED body Envoy waits for the headers' answer before it sends the body: two round
-trips to the picker before the request leaves. The shipped config streams the body without
-waiting (``send_body_without_waiting_for_header_response``), and the picker holds its
-answer to the headers until the body's last chunk: then the pick goes in that answer (the
-header can still be set: Envoy has not routed yet), followed by one per chunk. One round
-trip.
+BUFFERED body (the shipped config) Envoy waits for the headers' answer before it sends the
+body. A gateway that streams the body without waiting for it
+(``send_body_without_waiting_for_header_response``) gets no answer to the headers until
+the body's last chunk: then the pick goes in that answer (Envoy has not routed yet),
+followed by one per chunk. One round trip before the request leaves instead of two; side by
+side on the RAG replay the two were equal (bench/README.md), so the shipped config keeps
+the simpler one.
 response headers: which endpoint served (a fallback when the primary failed before its
 first byte: the primary's try ends as a failure, the fallback's begins) and its status.
 response body, in line (the picking filter streams it) or observed (Envoy's observer

@@ -189,13 +189,14 @@ def test_lean_mode_still_ends_each_request_and_keeps_contexts_warm(tmp_path) -> 
         gw.stop()
 
 
-def test_a_long_stream_stays_in_flight_until_its_last_byte(tmp_path) -> None:
+@pytest.mark.parametrize("mode", ["observed", "held"])
+def test_a_long_stream_stays_in_flight_until_its_last_byte(tmp_path, mode: str) -> None:
     """The picker ends a request when its observed body ends or Envoy closes the picking
     stream. A stream outliving the observation grace (0.5 s here) stays in flight to its
     end and is ended by its observation, never expired (Envoy closed the picking stream
     right after the response headers when it streamed the request body with trailers
     skipped: a 12 s prefill counted as ended after 5 s, and its worker drew new requests)."""
-    gw = start_gateway(tmp_path, workers=1, time_scale=1.0,
+    gw = start_gateway(tmp_path, workers=1, time_scale=1.0, mode=mode,
                        picker_args=("--epp-observe-grace-s", "0.5"))
     try:
         body = {"model": MODEL, "prompt": prompt(3, words=200), "max_tokens": 300,
@@ -364,10 +365,11 @@ def test_inline_bodies_as_gie_gateways_send_them_are_learned_from(tmp_path) -> N
         gw.stop()
 
 
-def test_a_buffered_request_body_gets_the_pick_in_the_answer_to_the_body(tmp_path) -> None:
-    """A gateway that buffers the body (it waits for the answer to the headers first): the
-    pick goes in the answer to the body, and a context still lands on its warm worker."""
-    gw = start_gateway(tmp_path, workers=2, mode="buffered")
+def test_a_body_streamed_without_waiting_gets_the_pick_in_the_held_headers(tmp_path) -> None:
+    """A gateway that streams the body without waiting for the answer to the headers: the
+    picker holds that answer until the body is whole and puts the pick in it (Envoy routes
+    on it), and a context still lands on its warm worker."""
+    gw = start_gateway(tmp_path, workers=2, mode="held")
     try:
         text = prompt(19, words=1200)
         workers, cached = set(), []
