@@ -17,10 +17,7 @@ import aiohttp
 import orjson
 
 from bench.workloads.base import BenchRequest
-
-WORKER_HEADER = "X-Prefix-Router-Worker"
-REASON_HEADER = "X-Prefix-Router-Reason"
-PREDICTED_TTFT_HEADER = "X-Prefix-Router-Predicted-TTFT-Ms"
+from router.client.contract import PREDICTED_TTFT_HEADER, REASON_HEADER, WORKER_HEADER
 
 
 @dataclass(slots=True)

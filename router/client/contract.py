@@ -21,6 +21,14 @@ WORKER_HEADER = "X-Prefix-Router-Worker"
 REASON_HEADER = "X-Prefix-Router-Reason"
 """Response header: why that worker (warm, ring, spill, failover, round_robin, ...)."""
 
+PREDICTED_TTFT_HEADER = "X-Prefix-Router-Predicted-TTFT-Ms"
+"""Response header: the time to first token the router predicted on the worker that served
+(policies that predict one), to hold against what the client saw."""
+
+PREDICTED_CACHED_HEADER = "X-Prefix-Router-Predicted-Cached"
+"""Response header, precise mode: the prompt tokens the router expects the engine to find
+cached (its ``usage.prompt_tokens_details.cached_tokens``)."""
+
 CONTEXT_HASH_RE = re.compile(r"[0-9a-fA-F]{8,64}")
 """An acceptable ``X-Context-Hash`` value (whole string): 8 to 64 hex characters."""
 

@@ -31,7 +31,7 @@ import time
 from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
-from router.client.contract import CONTEXT_HASH_HEADER
+from router.client.contract import CONTEXT_HASH_HEADER, REASON_HEADER, WORKER_HEADER
 from router.epp import protocol
 from router.epp.observe import Observations
 from router.routing.accounting import Attempt
@@ -39,7 +39,7 @@ from router.routing.candidate import Candidate
 from router.routing.errors import Rejected
 from router.routing.policies.base import Decision
 from router.routing.request import RoutingRequest
-from router.server.decide import NO_KEY, PROMPT_READERS, address, decide
+from router.server.decide import NO_KEY, PROMPT_READERS, address, decide, prediction_headers
 from router.server.errors import error_body
 from router.server.state import RouterState
 
@@ -206,8 +206,9 @@ class Exchange:
         if current is None or not self._state.config.router_headers:
             return protocol.CONTINUE_RESPONSE_HEADERS
         reason = self._reason if len(self._attempts) <= 1 else "failover"
-        return protocol.response_headers({"x-prefix-router-worker": current.worker.id,
-                                          "x-prefix-router-reason": reason})
+        return protocol.response_headers({
+            WORKER_HEADER: current.worker.id, REASON_HEADER: reason,
+            **prediction_headers(current.candidate, self._routing.exact)})
 
     def _response_body(self, body: ext_proc.HttpBody) -> Reply:
         self._first_byte()

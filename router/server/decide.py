@@ -13,7 +13,9 @@ from typing import Any
 
 import orjson
 
+from router.client.contract import PREDICTED_CACHED_HEADER, PREDICTED_TTFT_HEADER
 from router.routing import keys
+from router.routing.candidate import Candidate
 from router.routing.errors import Rejected
 from router.routing.pipeline import Pipeline
 from router.routing.policies.base import Decision
@@ -99,6 +101,18 @@ def parse(body: bytes) -> Parsed:
     if not isinstance(stream, bool):
         raise RequestError(400, "'stream' must be a boolean", "invalid_stream")
     return Parsed(body, payload, model, stream)
+
+
+def prediction_headers(candidate: Candidate, exact: bool) -> dict[str, str]:
+    """What the router expected of the worker that serves (``candidate``): its predicted
+    TTFT (policies that compute one) and, in precise mode (``exact``), the prompt tokens the
+    engine should find cached; both edges send them back with the answer."""
+    headers: dict[str, str] = {}
+    if candidate.ttft_s > 0:
+        headers[PREDICTED_TTFT_HEADER] = f"{candidate.ttft_s * 1000:.1f}"
+    if exact:
+        headers[PREDICTED_CACHED_HEADER] = str(int(candidate.cached_tokens))
+    return headers
 
 
 def address(url: str) -> str:

@@ -39,12 +39,10 @@ from router.server.decide import (
     View,
     decide,
     parse,
+    prediction_headers,
 )
 from router.server.lora_loader import LORA_LOADER
 from router.server.state import ROUTER
-
-PREDICTED_HEADER = "X-Prefix-Router-Predicted-Cached"
-PREDICTED_TTFT_HEADER = "X-Prefix-Router-Predicted-TTFT-Ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,18 +133,9 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
 
 def _predicted_headers(routing: RoutingRequest, ranked: list[Candidate]
                        ) -> dict[str, dict[str, str]] | None:
-    """What the router expected of the worker that served: its predicted TTFT (policies
-    that compute one), so a client or the bench can hold the prediction against what it
-    saw; in precise mode also the prompt tokens the engine should find cached."""
-    headers: dict[str, dict[str, str]] = {}
-    for c in ranked:
-        mine: dict[str, str] = {}
-        if c.ttft_s > 0:
-            mine[PREDICTED_TTFT_HEADER] = f"{c.ttft_s * 1000:.1f}"
-        if routing.exact:
-            mine[PREDICTED_HEADER] = str(int(c.cached_tokens))
-        if mine:
-            headers[c.id] = mine
+    """Each ranked worker's prediction headers (decide.prediction_headers), for whichever
+    of them serves."""
+    headers = {c.id: mine for c in ranked if (mine := prediction_headers(c, routing.exact))}
     return headers or None
 
 

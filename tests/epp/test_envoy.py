@@ -65,6 +65,7 @@ def test_requests_land_on_the_worker_the_picker_chose(shared_gateway: Gateway) -
         status, headers, _ = complete(gw.url, prompt(100 + seed))
         assert status == 200
         worker = headers["x-prefix-router-worker"]  # the picker's answer, echoed by Envoy
+        assert float(headers["x-prefix-router-predicted-ttft-ms"]) > 0  # as the proxy says
         chosen[worker] = chosen.get(worker, 0) + 1
     after = gw.served()
     landed = {name: after[name] - before[name] for name in after}
