@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -51,6 +52,22 @@ async def publish_until(pub: FakePublisher, events: list, landed, within_s: floa
         assert time.monotonic() < deadline, "events never reached the router"
         await asyncio.sleep(0.2)
         await pub.publish([])
+
+
+@contextlib.asynccontextmanager
+async def tasks_shown_after(seconds: float) -> AsyncIterator[None]:
+    """Fail after ``seconds`` and print every task's stack. The registry tests below hung
+    until pytest-timeout's 300 s once in CI and twice in ~25 runs of this file under CPU
+    load here (not in 130 runs since); that traceback shows only the event loop's select:
+    this says which await never finished."""
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        for task in asyncio.all_tasks():
+            print(f"task {task.get_name()}:", file=sys.stderr)
+            task.print_stack(file=sys.stderr)
+        raise
 
 
 async def eventually(check, within_s: float = 20.0) -> None:
@@ -252,7 +269,7 @@ async def test_registry_workers_get_a_feed_with_their_own_hash_parameters(
                                  "kv_events_replay_endpoint": "tcp://10.0.0.7:5558",
                                  "kv_events_topic": "kv-events"})
     try:
-        async with TestClient(TestServer(build_app(config))) as client:
+        async with tasks_shown_after(90), TestClient(TestServer(build_app(config))) as client:
             state = client.server.app[ROUTER]
             await registry.publish(redis, record, ttl_s=1.0)
             await eventually(lambda: state.precise.feeds.params("r1") is not None)
@@ -285,7 +302,7 @@ async def test_discovery_removal_goes_through_the_same_hooks(
     pub = FakePublisher(f"tcp://127.0.0.1:{events}", f"tcp://127.0.0.1:{replay}",
                         topic="kv-events")
     try:
-        async with pub, TestClient(TestServer(build_app(config))) as client:
+        async with tasks_shown_after(90), pub, TestClient(TestServer(build_app(config))) as client:
             state = client.server.app[ROUTER]
             await registry.publish(redis, record, ttl_s=30.0)
             await eventually(lambda: (w := state.pool.get("r1")) is not None and w.healthy)
