@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -39,18 +40,22 @@ def wait_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = N
     raise TimeoutError(f"{url} not up after {timeout}s: {last}")
 
 
-def spawn(args: Sequence[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start a Python module as a child process with its output captured for diagnostics."""
+def spawn(args: Sequence[str], env: dict[str, str] | None = None,
+          log: Path | None = None) -> subprocess.Popen:
+    """Start a Python module as a child process with its output captured for diagnostics:
+    in a pipe, read once it exits, or in ``log``, readable while it runs."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.Popen(
-        [sys.executable, *args],
-        cwd=REPO,
-        env=full_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    with contextlib.ExitStack() as files:
+        out = files.enter_context(log.open("w")) if log is not None else subprocess.PIPE
+        return subprocess.Popen(
+            [sys.executable, *args],
+            cwd=REPO,
+            env=full_env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
 
 
 def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:

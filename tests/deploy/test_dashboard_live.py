@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import urllib.request
 import warnings
 from pathlib import Path
@@ -12,7 +9,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.deploy.dashboard_metrics import metric_names
-from tests.support import REPO, free_port, stop, wait_http
+from tests.support import REPO, free_port, spawn, stop, wait_http
 
 DASHBOARD = REPO / "deploy" / "grafana" / "prefix-router.json"
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"),
@@ -38,16 +35,10 @@ def _logged(path: Path) -> str:
 def test_dashboard_metrics_exist_on_a_live_router_and_worker(tmp_path: Path) -> None:
     sim_port, router_port = free_port(), free_port()
     sim_log, router_log = tmp_path / "sim.log", tmp_path / "router.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # the logs are read while they run
-    with sim_log.open("w") as sim_out, router_log.open("w") as router_out:
-        sim = subprocess.Popen([sys.executable, "-m", "engine_worker.sim", "--host", "127.0.0.1",
-                                "--port", str(sim_port), "--model", "m", "--time-scale",
-                                "0.001"], cwd=REPO, env=env, stdout=sim_out,
-                               stderr=subprocess.STDOUT)
-        router = subprocess.Popen([sys.executable, "-m", "router", "serve", "--port",
-                                   str(router_port), "--workers", f"http://127.0.0.1:{sim_port}",
-                                   "--admission", "true"], cwd=REPO, env=env, stdout=router_out,
-                                  stderr=subprocess.STDOUT)
+    sim = spawn(["-m", "engine_worker.sim", "--host", "127.0.0.1", "--port", str(sim_port),
+                 "--model", "m", "--time-scale", "0.001"], log=sim_log)
+    router = spawn(["-m", "router", "serve", "--port", str(router_port), "--workers",
+                    f"http://127.0.0.1:{sim_port}", "--admission", "true"], log=router_log)
     try:
         wait_http(f"http://127.0.0.1:{sim_port}/health", timeout=60, proc=sim)
         wait_http(f"http://127.0.0.1:{router_port}/ready", timeout=60, proc=router)
