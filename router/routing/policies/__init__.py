@@ -26,6 +26,7 @@ class PolicyKnobs:
     slack_s: float = 0.05
     slack_ratio: float = 0.25
     cold_slack_s: float = 0.01
+    cold_slack_ratio: float = 0.0
     replicate_cost: float = 1.0
     copy_share: float = 0.005
     copy_evict_cost: float = 1.0
@@ -39,7 +40,8 @@ class PolicyKnobs:
     def of(cls, config: RouterConfig) -> PolicyKnobs:
         return cls(epsilon=config.bound_epsilon, margin=config.bound_margin,
                    slack_s=config.slack_s, slack_ratio=config.slack_ratio,
-                   cold_slack_s=config.cold_slack_s, replicate_cost=config.replicate_cost,
+                   cold_slack_s=config.cold_slack_s,
+                   cold_slack_ratio=config.cold_slack_ratio, replicate_cost=config.replicate_cost,
                    copy_share=config.copy_share, copy_evict_cost=config.copy_evict_cost,
                    chunk_tokens=config.prefill_chunk_tokens,
                    replica_idle_s=config.replica_idle_s,
@@ -54,6 +56,7 @@ def make_policy(name: str, knobs: PolicyKnobs | None = None,
     if name == "predicted_ttft":
         return PredictedTTFT(epsilon=k.epsilon, margin=k.margin, slack_s=k.slack_s,
                              slack_ratio=k.slack_ratio, cold_slack_s=k.cold_slack_s,
+                             cold_slack_ratio=k.cold_slack_ratio,
                              replicate_cost=k.replicate_cost, copy_share=k.copy_share,
                              evict_cost=k.copy_evict_cost, chunk_tokens=k.chunk_tokens,
                              replicas=ReplicaSets(idle_s=k.replica_idle_s,

@@ -126,14 +126,16 @@ class PredictedTTFT:
 
     def __init__(self, epsilon: float = 0.25, margin: int = 4, slack_s: float = 0.05,
                  slack_ratio: float = 0.25, cold_slack_s: float = 0.01,
-                 replicate_cost: float = 1.0, copy_share: float = 0.005,
-                 chunk_tokens: float = 8192.0, replicas: ReplicaSets | None = None,
-                 depth: int = 4, evict_cost: float = 1.0) -> None:
+                 cold_slack_ratio: float = 0.0, replicate_cost: float = 1.0,
+                 copy_share: float = 0.005, chunk_tokens: float = 8192.0,
+                 replicas: ReplicaSets | None = None, depth: int = 4,
+                 evict_cost: float = 1.0) -> None:
         self.epsilon = epsilon
         self.margin = margin
         self.slack_s = slack_s
         self.slack_ratio = slack_ratio
         self.cold_slack_s = cold_slack_s
+        self.cold_slack_ratio = cold_slack_ratio
         self.replicate_cost = replicate_cost
         self.copy_share = copy_share
         self.evict_cost = evict_cost
@@ -180,7 +182,7 @@ class PredictedTTFT:
                 stay, reason = self._balanced_owner(request, candidates, eligible, stay, reason)
                 choice = stay
             soonest = min(eligible, key=start)
-            if start(soonest) + self.cold_slack_s < start(stay):
+            if start(soonest) * (1 + self.cold_slack_ratio) + self.cold_slack_s < start(stay):
                 choice, reason = soonest, "cold"
         elif not warmer and (fresh := self._founds(request, live, stay, eligible, deepest)):
             recent = self.replicas.recent  # a new branch of a context short of its share
