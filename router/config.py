@@ -89,7 +89,7 @@ class RouterConfig:
     cold_slack_s: float = _opt(0.01, "predicted_ttft: a context no worker holds starts on its "
                                "ring owner unless another starts it this much sooner",
                                *_NON_NEGATIVE)
-    cold_slack_ratio: float = _opt(0.0, "predicted_ttft: ... plus this share of the other's "
+    cold_slack_ratio: float = _opt(0.05, "predicted_ttft: ... plus this share of the other's "
                                    "predicted start", *_NON_NEGATIVE)
     replicate_cost: float = _opt(1.0, "predicted_ttft: weight of the prefill a new replica "
                                  "adds to the fleet, against the time it saves", *_NON_NEGATIVE)

@@ -96,6 +96,25 @@ def test_a_cold_key_stays_on_its_ring_owner_within_the_slack() -> None:
     assert stays.ranked[0].id == owner.id and stays.reason == "ring"
 
 
+def test_a_long_cold_prompt_stays_home_unless_the_edge_beats_the_relative_slack() -> None:
+    """A 12.7 s prediction is not known to the millisecond: an absolute slack alone made a
+    cold 120 k-token prompt a coin toss between two routers that saw the fleet a few ms
+    apart (live Mooncake, the proxy against the picker)."""
+    workers = pool(4)
+    req = request("long-cold-context", tokens=254_000.0)  # 12.7 s at RATE
+    owner = PredictedTTFT().rank(req, annotate(workers, req, {}, {})).ranked[0]
+    queued = {owner.id: 300.0}  # 15 ms behind the others: past a 10 ms slack
+    absolute = PredictedTTFT(cold_slack_s=0.01, cold_slack_ratio=0.0)
+    assert absolute.rank(req, annotate(workers, req, {}, queued)).reason == "cold"
+    relative = PredictedTTFT(cold_slack_s=0.01, cold_slack_ratio=0.05)
+    kept = relative.rank(req, annotate(workers, req, {}, queued))
+    assert kept.ranked[0].id == owner.id and kept.reason == "ring"
+    # 1 s behind (20,000 tokens queued) is past 5 % of 12.7 s: the context moves
+    far = PredictedTTFT(cold_slack_s=0.01, cold_slack_ratio=0.05).rank(
+        req, annotate(workers, req, {}, {owner.id: 20_000.0}))
+    assert far.ranked[0].id != owner.id and far.reason == "cold"
+
+
 def test_a_cold_start_is_decided_on_the_fleets_line_not_on_a_workers_own() -> None:
     """Workers' learned lines differ by their noise: a line 10 % optimistic must not draw
     every new context (seen live: 21-83 requests per worker on the Mooncake replay)."""

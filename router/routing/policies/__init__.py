@@ -26,7 +26,7 @@ class PolicyKnobs:
     slack_s: float = 0.05
     slack_ratio: float = 0.25
     cold_slack_s: float = 0.01
-    cold_slack_ratio: float = 0.0
+    cold_slack_ratio: float = 0.05
     replicate_cost: float = 1.0
     copy_share: float = 0.005
     copy_evict_cost: float = 1.0

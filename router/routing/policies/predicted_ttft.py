@@ -12,8 +12,10 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
   scattering it. A prefix several workers hold and that is a minority of the prompt is
   shared (a system prompt, a tool prompt), not this context's, and does not count;
 - a context with no live replica and nothing of its own held anywhere is cold: it starts
-  on its ring owner unless another worker starts it ``cold_slack_s`` sooner, both priced
-  on the fleet's prefill line;
+  on its ring owner unless another worker starts it sooner by ``cold_slack_s`` plus
+  ``cold_slack_ratio`` of that worker's start, both priced on the fleet's prefill line
+  (a 12.7 s prediction is not known to 10 ms: with the absolute slack alone, two routers
+  that saw the fleet a few ms apart put one 120 k-token prompt on different workers);
 - a new branch of a busy context's trunk (replicas.py) founds a replica on the worker
   placed least lately while the context has fewer replicas than its share (``spread``);
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
@@ -126,7 +128,7 @@ class PredictedTTFT:
 
     def __init__(self, epsilon: float = 0.25, margin: int = 4, slack_s: float = 0.05,
                  slack_ratio: float = 0.25, cold_slack_s: float = 0.01,
-                 cold_slack_ratio: float = 0.0, replicate_cost: float = 1.0,
+                 cold_slack_ratio: float = 0.05, replicate_cost: float = 1.0,
                  copy_share: float = 0.005, chunk_tokens: float = 8192.0,
                  replicas: ReplicaSets | None = None, depth: int = 4,
                  evict_cost: float = 1.0) -> None:
