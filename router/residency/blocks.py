@@ -109,7 +109,8 @@ class BlockLRU:
             i = (i + 1) & mask
 
     def touch(self, key: int, stamp: int) -> None:
-        """Insert or refresh ``key`` as the most recently used block."""
+        """Insert or refresh ``key`` as the most recently used block (a snapshot's restore:
+        each block with its own stamp; a request's record is ``touch_chain``)."""
         index, keys, mask = self._index, self._keys, self._mask
         i = key & mask
         while True:
@@ -125,8 +126,34 @@ class BlockLRU:
         self._pos[entry] = len(self._log)
         self._log.append(entry)
         if self._live > _LOAD * (mask + 1):
-            self._rehash()
+            self._rehash(self._live)
         if len(self._log) > 2 * self._live + 1024:
+            self._compact_log()
+
+    def touch_chain(self, keys: Sequence[int], now: int) -> None:
+        """Insert or refresh a chain's keys from its end, link i stamped ``now - i``: the
+        head ends most recently used, so eviction drops tails before heads. One loop over
+        hoisted locals: a call per block cost ~3 µs, and a request records up to ~500."""
+        if self._live + len(keys) > _LOAD * (self._mask + 1):
+            self._rehash(self._live + len(keys))  # no table growth inside the loop
+        index, stored, stamps, pos, log = self._index, self._keys, self._stamps, self._pos, \
+            self._log
+        mask = self._mask
+        for link in range(len(keys) - 1, -1, -1):
+            key = keys[link]
+            i = key & mask
+            while True:
+                entry = index[i]
+                if entry == _EMPTY:
+                    entry = index[i] = self._new_entry(key, now - link)
+                    break
+                if stored[entry] == key:
+                    stamps[entry] = now - link
+                    break
+                i = (i + 1) & mask
+            pos[entry] = len(log)
+            log.append(entry)
+        if len(log) > 2 * self._live + 1024:
             self._compact_log()
 
     def _new_entry(self, key: int, stamp: int) -> int:
@@ -190,9 +217,10 @@ class BlockLRU:
                 index[j] = _EMPTY
                 i = j
 
-    def _rehash(self) -> None:
+    def _rehash(self, live: int) -> None:
+        """A table for ``live`` entries at most half the load factor full."""
         size = (self._mask + 1) * 2
-        while self._live > _LOAD * size / 2:
+        while live > _LOAD * size / 2:
             size *= 2
         index = array("i", [_EMPTY]) * size
         mask = size - 1

@@ -78,11 +78,8 @@ class MemoryResidency:
             blocks = self._blocks[worker_id] = BlockLRU()
         # touch the chain from its end so the leading blocks are the most recently used:
         # an LRU then drops tails before heads, keeping the chain's prefix property
-        now_us = time.time_ns() // 1000
         keys = chain_keys(chain)
-        touch = blocks.touch
-        for index in range(len(keys) - 1, -1, -1):
-            touch(keys[index], now_us - index)
+        blocks.touch_chain(keys, time.time_ns() // 1000)
         self._heads.setdefault(keys[0], set()).add(worker_id)
         capacity = self._capacity.get(worker_id, self._default_capacity)
         while len(blocks) > capacity:

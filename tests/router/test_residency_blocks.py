@@ -11,20 +11,23 @@ from router.residency.blocks import BlockLRU, block_key, chain_keys, key_block
 
 # few distinct keys, several sharing low bits, so probes collide and deletions shift
 KEYS = st.sampled_from([k * 64 + j for k in range(-3, 4) for j in (0, 1, 2)])
-ops = st.lists(st.one_of(st.tuples(st.just("touch"), KEYS, st.integers(-5, 50)),
-                         st.tuples(st.just("pop"), st.just(0), st.just(0))),
+ops = st.lists(st.one_of(st.tuples(st.just("touch"), st.lists(KEYS, max_size=40),
+                                   st.integers(-5, 50)),
+                         st.tuples(st.just("pop"), st.just([]), st.just(0))),
                min_size=1, max_size=300)
 
 
 @settings(max_examples=200, deadline=None)
 @given(ops)
 def test_block_lru_is_an_ordered_dict(script: list) -> None:
+    """A chain is touched from its end, link i stamped ``now - i`` (repeats included)."""
     lru, model = BlockLRU(), OrderedDict[int, int]()
-    for op, key, stamp in script:
+    for op, keys, now in script:
         if op == "touch":
-            lru.touch(key, stamp)
-            model[key] = stamp
-            model.move_to_end(key)
+            lru.touch_chain(keys, now)
+            for link in range(len(keys) - 1, -1, -1):
+                model[keys[link]] = now - link
+                model.move_to_end(keys[link])
         elif model:
             assert lru.pop_oldest() == model.popitem(last=False)[0]
         assert len(lru) == len(model)
@@ -39,13 +42,16 @@ def test_block_lru_is_an_ordered_dict(script: list) -> None:
 def test_many_blocks_survive_growth_and_log_compaction() -> None:
     lru = BlockLRU()
     for i in range(20_000):
-        lru.touch(i * 7919, i)
+        lru.touch_chain([i * 7919], i)
         if i % 3 == 0:
-            lru.touch(0, i)  # one hot block, re-touched: dead log slots to compact
+            lru.touch_chain([0], i)  # one hot block, re-touched: dead log slots to compact
+    lru.touch_chain([k * 104_729 for k in range(1, 5_000)], 20_000)  # one long chain
+    assert len(lru) == 20_000 + 4_999
     while len(lru) > 100:
         lru.pop_oldest()
-    assert 0 in lru and (19_999 * 7919) in lru and (19_000 * 7919) not in lru
+    assert 104_729 in lru and (100 * 104_729) in lru and (101 * 104_729) not in lru and 0 not in lru
     assert len(lru) == 100
+    assert lru.get(104_729) == 20_000  # the chain's head, most recently used
 
 
 def test_chain_links_become_int64_keys() -> None:
