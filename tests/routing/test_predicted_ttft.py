@@ -97,9 +97,9 @@ def test_a_cold_key_stays_on_its_ring_owner_within_the_slack() -> None:
 
 
 def test_a_long_cold_prompt_stays_home_unless_the_edge_beats_the_relative_slack() -> None:
-    """A 12.7 s prediction is not known to the millisecond: an absolute slack alone made a
-    cold 120 k-token prompt a coin toss between two routers that saw the fleet a few ms
-    apart (live Mooncake, the proxy against the picker)."""
+    """A 12.7 s prediction is not known to the millisecond (live, predictions err by a few
+    per cent): with an absolute 10 ms slack alone, a 15 ms edge moved a cold 120 k-token
+    prompt off its ring owner, a coin toss on which two router replicas disagree."""
     workers = pool(4)
     req = request("long-cold-context", tokens=254_000.0)  # 12.7 s at RATE
     owner = PredictedTTFT().rank(req, annotate(workers, req, {}, {})).ranked[0]

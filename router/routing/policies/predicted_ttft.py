@@ -14,8 +14,8 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
 - a context with no live replica and nothing of its own held anywhere is cold: it starts
   on its ring owner unless another worker starts it sooner by ``cold_slack_s`` plus
   ``cold_slack_ratio`` of that worker's start, both priced on the fleet's prefill line
-  (a 12.7 s prediction is not known to 10 ms: with the absolute slack alone, two routers
-  that saw the fleet a few ms apart put one 120 k-token prompt on different workers);
+  (a 12.7 s prediction is not known to 10 ms: live, predictions err by a few per cent,
+  and a move for less is a coin toss on which two router replicas disagree);
 - a new branch of a busy context's trunk (replicas.py) founds a replica on the worker
   placed least lately while the context has fewer replicas than its share (``spread``);
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
