@@ -109,26 +109,9 @@ class BlockLRU:
             i = (i + 1) & mask
 
     def touch(self, key: int, stamp: int) -> None:
-        """Insert or refresh ``key`` as the most recently used block (a snapshot's restore:
-        each block with its own stamp; a request's record is ``touch_chain``)."""
-        index, keys, mask = self._index, self._keys, self._mask
-        i = key & mask
-        while True:
-            entry = index[i]
-            if entry == _EMPTY:
-                entry = self._new_entry(key, stamp)
-                index[i] = entry
-                break
-            if keys[entry] == key:
-                self._stamps[entry] = stamp
-                break
-            i = (i + 1) & mask
-        self._pos[entry] = len(self._log)
-        self._log.append(entry)
-        if self._live > _LOAD * (mask + 1):
-            self._rehash(self._live)
-        if len(self._log) > 2 * self._live + 1024:
-            self._compact_log()
+        """Insert or refresh ``key`` as the most recently used block, with its own stamp (a
+        snapshot's restore); a request's record is ``touch_chain``."""
+        self.touch_chain((key,), stamp)
 
     def touch_chain(self, keys: Sequence[int], now: int) -> None:
         """Insert or refresh a chain's keys from its end, link i stamped ``now - i``: the
