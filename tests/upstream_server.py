@@ -6,6 +6,8 @@ The request's ``X-Test-Mode`` header picks a behaviour (the router forwards it u
                  POST /release, proving the router relays events as they come
   slow-stream    ``n`` events every 20 ms (to be cut by killing the process)
   cut-stream     two events, then the connection is aborted
+  linger-stream  events, a usage chunk (``cached_tokens`` 48) and [DONE], then the stream
+                 stays open a minute (an engine slow to close after its answer)
   status-NNN     answers NNN with an OpenAI error body
   hang           never answers (until the client goes away: counted as cancelled)
   sleep-MS       answers after MS milliseconds (for load tests; concurrency is tracked)
@@ -27,6 +29,10 @@ STATS = web.AppKey("stats", dict)
 GATE = web.AppKey("gate", asyncio.Event)
 NAME = web.AppKey("name", str)
 MODEL = web.AppKey("model", str)
+
+
+USAGE = (b'data: {"id":"x","choices":[],"usage":{"prompt_tokens":64,"completion_tokens":5,'
+         b'"total_tokens":69,"prompt_tokens_details":{"cached_tokens":48}}}\n\n')
 
 
 def event(i: int) -> bytes:
@@ -64,7 +70,7 @@ async def _respond(request: web.Request, mode: str, body: bytes) -> web.StreamRe
         await asyncio.sleep(3600)
     if mode.startswith("sleep-"):
         await asyncio.sleep(int(mode.split("-", 1)[1]) / 1000)
-    if mode in ("stream", "slow-stream", "cut-stream"):
+    if mode in ("stream", "slow-stream", "cut-stream", "linger-stream"):
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
         count = int(request.headers.get("X-Test-Events", "5"))
@@ -77,6 +83,10 @@ async def _respond(request: web.Request, mode: str, body: bytes) -> web.StreamRe
             if mode == "cut-stream" and i == 1:
                 request.transport.abort()
                 return response
+        if mode == "linger-stream":
+            await response.write(USAGE + b"data: [DONE]\n\n")
+            await asyncio.sleep(60)
+            return response
         await response.write(b"data: [DONE]\n\n")
         return response
     response = web.json_response({"object": "chat.completion", "served_by": name,

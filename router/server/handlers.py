@@ -106,19 +106,25 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
     except Rejected as exc:  # RequestError is one too
         return await admission.refused(request, exc, {"X-Request-Id": request_id})
 
+    attempts: list[Attempt] = []
+
     def begin(candidate: Candidate) -> Attempt:
         attempt = pipeline.attempt(routing, candidate, parsed.stream)
+        attempts.append(attempt)
         if on_attempt is not None:
             on_attempt(attempt)
         return attempt
 
     assert state.proxy is not None
-    outcome = await state.proxy.forward(
-        request, upstream or path, parsed.body, decision.ranked, parsed.stream, request_id,
-        decision.reason, begin,
-        _predicted_headers(routing, decision.ranked) if state.config.router_headers else None,
-        parsed.payload if parsed.stream and spec.resumable else None, spec.method)
-    pipeline.complete(outcome.attempts)
+    try:
+        outcome = await state.proxy.forward(
+            request, upstream or path, parsed.body, decision.ranked, parsed.stream,
+            request_id, decision.reason, begin,
+            _predicted_headers(routing, decision.ranked) if state.config.router_headers
+            else None, parsed.payload if parsed.stream and spec.resumable else None,
+            spec.method)
+    finally:  # a client gone at [DONE] cancels the handler after the usage was relayed
+        pipeline.complete(attempts)
     route_trace.record(request, routing, decision, outcome)
 
     served, metrics = outcome.worker, state.metrics
