@@ -39,6 +39,20 @@ def prefill_work(new_tokens: float, cached_tokens: float,
     return new_tokens * (1.0 + (cached_tokens + new_tokens / 2.0) / attention_tokens)
 
 
+def leading_work(n: float, new_tokens: float, cached_tokens: float, work: float) -> float:
+    """The work of the first ``n`` of a prompt's ``new_tokens``, given their total ``work``
+    (``prefill_work``'s): a token's attention grows with its position, so a 120 k-token
+    prompt's first 8 k tokens cost what a short prompt's do, not a share of its average
+    (that share priced the step it fills 2.5x too long). The slope is read off ``work``,
+    so it holds for any ``attention_tokens``."""
+    if n >= new_tokens:
+        return work
+    if n <= 0.0:
+        return 0.0
+    slope = (work / new_tokens - 1.0) / (cached_tokens + new_tokens / 2.0)
+    return n * (1.0 + (cached_tokens + n / 2.0) * slope)
+
+
 PRIOR_TOKENS = 4096.0  # where the seed line is pinned (a typical RAG prompt)
 MIN_RATE = 1.0  # tokens/s: a slope this flat means "no information", not "infinitely slow"
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.fleet.prefill_model import PrefillModel, prefill_work
+from router.fleet.prefill_model import PrefillModel, leading_work, prefill_work
 from router.fleet.workers import Worker
 from router.residency.memory import MemoryResidency
 from router.routing.candidate import Candidate
@@ -319,6 +319,42 @@ def test_the_room_a_follower_fills_is_counted_from_the_prompts_sent_not_the_drai
     home.cost.dispatched(big_tokens, now=0.0, tokens=big_tokens)  # the big prompt, queued
     decision = policy.rank(doc, annotate(workers, doc, {home_id: 3000}, {home_id: 7000}))
     assert (decision.ranked[0].id != home_id) == moves
+
+
+def test_a_long_prompt_delays_a_queued_one_by_its_first_step_not_its_average_share() -> None:
+    """A cold 120 k-token prompt joining a worker that has a 400-token prompt queued fills
+    the rest of that prompt's step with its first ~7.8 k tokens: 0.44 s at their own
+    position's price. A share of the long prompt's average price (its later tokens attend
+    over ~100 k before them) said 1.1 s, past the 5 % slack of a 17 s prediction, and moved
+    the prompt off its ring owner for a delay it does not cause (live Mooncake, request 23)."""
+    workers = pool(4)
+    req = request("long-cold", tokens=120_000.0)
+
+    def candidates(queued: dict[str, float]) -> list[Candidate]:
+        out = annotate(workers, req, {}, queued)
+        for c in out:
+            c.prefill_work = prefill_work(c.uncached_tokens, c.cached_tokens, 32768.0)
+            c.ttft_s = (c.queued_tokens + c.prefill_work) / RATE
+        return out
+
+    owner = PredictedTTFT().rank(req, candidates({})).ranked[0]
+    owner.worker.cost.dispatched(400.0, now=0.0, tokens=400.0)
+    decision = PredictedTTFT().rank(req, candidates({owner.id: 400.0}))
+    assert decision.ranked[0].id == owner.id and decision.reason == "ring"
+
+
+@settings(max_examples=200, deadline=None)
+@given(new=st.floats(1, 200_000), cached=st.floats(0, 100_000), cut=st.floats(0, 1),
+       attention=st.sampled_from([0.0, 8192.0, 32768.0]))
+def test_leading_work_is_the_first_tokens_at_their_own_position(
+        new: float, cached: float, cut: float, attention: float) -> None:
+    n = new * cut
+    total = prefill_work(new, cached, attention)
+    first = leading_work(n, new, cached, total)
+    assert first == pytest.approx(prefill_work(n, cached, attention), rel=1e-9, abs=1e-6)
+    rest = prefill_work(new - n, cached + n, attention)
+    assert first + rest == pytest.approx(total, rel=1e-9)
+    assert first <= total * cut + 1e-6  # never more than its share of the average
 
 
 def branch(context: str, trunk: int, *links: bytes) -> RoutingRequest:

@@ -48,6 +48,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 
+from router.fleet.prefill_model import leading_work
 from router.routing.candidate import Candidate
 from router.routing.policies.base import Decision
 from router.routing.policies.bound import under_bound
@@ -106,13 +107,16 @@ def _delay_caused_s(c: Candidate, chunk_tokens: float) -> float:
     cut from the start of the worker's busy period, so that room is counted in the prompt
     tokens dispatched since its queue was last empty (``WorkerCost.busy_tokens``), not in
     the drained work ahead: mixing the two put the room at a few hundred tokens where the
-    engine left thousands (offline: a follower's predicted 20-30 ms delay was 110-190 ms)."""
+    engine left thousands (offline: a follower's predicted 20-30 ms delay was 110-190 ms).
+    Those first tokens are priced at their position (``leading_work``), not as a share of
+    a long prompt's average: live, that charged 0.78 s for a 0.3 s step and moved a cold
+    120 k-token prompt off its idle ring owner."""
     cost = c.worker.cost
     if cost.pending <= 0 or chunk_tokens <= 0 or c.uncached_tokens <= 0:
         return 0.0
     room = -cost.busy_tokens % chunk_tokens
-    share = min(1.0, room / c.uncached_tokens)
-    return share * c.prefill_work / cost.prefill.rate
+    first = leading_work(room, c.uncached_tokens, c.cached_tokens, c.prefill_work)
+    return first / cost.prefill.rate
 
 
 def _extra_prefill_s(moved: Candidate, kept: Candidate) -> float:
