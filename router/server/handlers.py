@@ -12,6 +12,7 @@ else the approximate text chain; /metrics counts which (routing_key_source).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,18 +124,31 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
             _predicted_headers(routing, decision.ranked) if state.config.router_headers
             else None, parsed.payload if parsed.stream and spec.resumable else None,
             spec.method)
+    except asyncio.CancelledError:
+        # the client left (aiohttp cancels the handler): a stream it was answering counts
+        # as the 200 it got, anything else as nginx's 499 (client closed request)
+        served = next((a.worker for a in reversed(attempts) if a.first_byte_s is not None),
+                      None)
+        _count(request, path, decision.reason, attempts, served,
+               200 if served is not None and parsed.stream else 499, started)
+        raise
     finally:  # a client gone at [DONE] cancels the handler after the usage was relayed
         pipeline.complete(attempts)
     route_trace.record(request, routing, decision, outcome)
-
-    served, metrics = outcome.worker, state.metrics
-    reason = decision.reason if len(outcome.attempts) <= 1 else "failover"
-    child = metrics.child
-    child(metrics.decisions, pipeline.policy.name, reason).inc()
-    child(metrics.requests, path, served.id if served else "none",
-          str(outcome.response.status)).inc()
-    child(metrics.latency, path).observe(time.perf_counter() - started)
+    _count(request, path, decision.reason, outcome.attempts, outcome.worker,
+           outcome.response.status, started)
     return await admission.finished(request, outcome.response)
+
+
+def _count(request: web.Request, path: str, reason: str, attempts: list[Attempt],
+           served: Worker | None, status: int, started: float) -> None:
+    state = request.app[ROUTER]
+    metrics = state.metrics
+    child = metrics.child
+    child(metrics.decisions, state.pipeline.policy.name,
+          reason if len(attempts) <= 1 else "failover").inc()
+    child(metrics.requests, path, served.id if served else "none", str(status)).inc()
+    child(metrics.latency, path).observe(time.perf_counter() - started)
 
 
 def _predicted_headers(routing: RoutingRequest, ranked: list[Candidate]

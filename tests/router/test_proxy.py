@@ -80,33 +80,44 @@ async def test_client_disconnect_cancels_the_upstream_request(fleet: Fleet) -> N
                 pass
     await _poll(lambda: sum(u.stats()["cancelled"] for u in fleet.upstreams) == 1)
     assert sum(u.stats()["in_flight"] for u in fleet.upstreams) == 0
+    # counted, as a request its client closed (nginx's 499), on no worker
+    async with aiohttp.ClientSession() as session, session.get(fleet.url + "/metrics") as m:
+        lines = [line for line in (await m.text()).splitlines()
+                 if line.startswith("prefix_router_requests_total{")]
+    assert lines == ['prefix_router_requests_total{route="/v1/chat/completions",status="499",'
+                     'worker="none"} 1.0']
 
 
 async def test_a_client_leaving_at_done_still_counts_the_usage_it_was_sent(
         fleet: Fleet) -> None:
     """A client that closes at [DONE] while the engine has not yet ended its stream
     cancels the router's handler; what the engine reported in usage was still relayed and
-    must still be learnt from (found: the bench's router counters missed one answer's
-    cached tokens in a few runs out of ten)."""
+    must still be learnt from, and the request counted (found: the bench's router counters
+    missed one answer's cached tokens in a few runs out of ten)."""
     headers = {"X-Test-Mode": "linger-stream", "X-Test-Events": "2"}
     async with aiohttp.ClientSession() as session:
         async with session.post(fleet.url + "/v1/chat/completions",
                                 json={**CHAT, "stream": True}, headers=headers) as resp:
             assert resp.status == 200
+            served = resp.headers["X-Prefix-Router-Worker"]
             while not (line := await resp.content.readline()).startswith(b"data: [DONE]"):
                 assert line, "the stream ended before [DONE]"
             resp.close()  # gone while the upstream still holds its stream open
 
-        async def cached() -> float:
+        async def counted(prefix: str) -> float:
             async with session.get(fleet.url + "/metrics") as m:
                 text = await m.text()
             return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                       if line.startswith("prefix_router_cached_tokens_actual_total"))
+                       if line.startswith(prefix))
 
         deadline = time.monotonic() + 10
-        while (seen := await cached()) != 48:
+        while (seen := await counted("prefix_router_cached_tokens_actual_total")) != 48:
             assert seen == 0 and time.monotonic() < deadline, seen
             await asyncio.sleep(0.05)
+        # ...and the request is counted, as the 200 the client got from the worker
+        assert await counted("prefix_router_requests_total{") == 1
+        assert await counted('prefix_router_requests_total{route="/v1/chat/completions",'
+                             f'status="200",worker="{served}"}}') == 1
     await _poll(lambda: sum(u.stats()["in_flight"] for u in fleet.upstreams) == 0)
 
 
