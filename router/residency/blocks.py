@@ -9,7 +9,7 @@ a row of flat arrays, no Python object per block:
   through a free list;
 - ``_index``: an open-addressing table (linear probing, backward-shift deletion) of entry
   numbers, sized a power of two and kept under 70 % full, probed at the key's low bits
-  (chain links are blake2b output, so the low bits are uniform);
+  (chain links are sha256 output, so the low bits are uniform);
 - ``_log``: the touch order. Every touch appends the entry's number and records that
   position in ``_pos``; a log slot is live only while its entry's ``_pos`` still points
   at it, so the oldest live slot from ``_head`` is the least recently used block. The log

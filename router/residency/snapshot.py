@@ -33,7 +33,8 @@ from router.residency.memory import MemoryResidency, WorkerBlocks
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"prefix-router residency v1\n"
+MAGIC = b"prefix-router residency v2\n"  # v2: sha256 chain links (v1's blake2b links
+# name nothing this router hashes: such a file is refused, not restored as dead weight)
 _LENGTH = struct.Struct("<I")
 
 

@@ -60,7 +60,7 @@ class Pipeline:
         self._offload_weight = offload_weight
         self._attention_tokens = attention_tokens
         self.clock = clock
-        self.shortlist = Shortlist(size=shortlist_size)
+        self.shortlist = Shortlist(size=shortlist_size, rings=getattr(policy, "rings", None))
         self.precise: PreciseKeyer | None = None
         self.use_precise(precise)
         self.feedback = CacheFeedback(residency, metrics, self.ratio, attention_tokens)

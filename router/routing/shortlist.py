@@ -32,11 +32,12 @@ Match = Callable[[RoutingRequest, frozenset[str]], Awaitable[dict[str, int]]]
 
 class Shortlist:
     def __init__(self, size: int = 64, ring_depth: int = 4, sample: int = 8,
-                 seed: int = 0) -> None:
+                 seed: int = 0, rings: RingCache | None = None) -> None:
+        """``rings``: the policy's own, so that the two walks of one decision are one."""
         self.size = size
         self.ring_depth = ring_depth
         self.sample = sample
-        self._rings = RingCache()
+        self._rings = rings if rings is not None else RingCache()
         self._rng = random.Random(seed)  # a fixed draw per router: decisions reproduce
 
     def applies(self, fleet: FleetView) -> bool:

@@ -62,3 +62,11 @@ def test_truncated_and_corrupt_files_are_refused() -> None:
             decode(data[:cut])
     with pytest.raises(SnapshotError):
         decode(MAGIC + b"\x02\x00\x00\x00{]")
+
+
+def test_a_snapshot_of_another_chain_hash_is_refused() -> None:
+    """v1 files hold blake2b links, which no sha256 chain matches: restored, they would
+    take capacity and never be hit."""
+    data = encode({}, 0.0).replace(MAGIC, b"prefix-router residency v1\n", 1)
+    with pytest.raises(SnapshotError):
+        decode(data)

@@ -19,3 +19,18 @@ def test_walk_is_uhashring_order() -> None:
             key = rng.randbytes(8).hex()
             walked = [w.id for w in rings.walk(key, workers)]
             assert walked == list(ring.iterate_nodes(key, distinct=True))
+            # a key walked again reads its kept head, then walks on past it
+            assert [w.id for w in rings.walk(key, workers)] == walked
+
+
+def test_a_large_ring_walks_in_uhashring_order() -> None:
+    """At fleet scale the walk reads flat arrays of the points' top 64 bits."""
+    rng = random.Random(11)
+    ids = frozenset(f"worker-{i}" for i in range(300))
+    ring, rings = HashRing(nodes=sorted(ids)), RingCache()
+    for _ in range(50):
+        key = rng.randbytes(8).hex()
+        expected = list(ring.iterate_nodes(key, distinct=True))
+        assert list(rings.walk_ids(key, ids)) == expected
+        assert [w for w, _ in zip(rings.walk_ids(key, ids), range(12), strict=False)] \
+            == expected[:12]

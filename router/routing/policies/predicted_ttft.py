@@ -148,7 +148,7 @@ class PredictedTTFT:
         self.chunk_tokens = chunk_tokens
         self.replicas = replicas if replicas is not None else ReplicaSets()
         self.depth = depth
-        self._rings = RingCache()
+        self.rings = RingCache()  # the fleet's; the shortlist walks it too
 
     def rank(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Decision:
         chunk = self.chunk_tokens
@@ -282,7 +282,7 @@ class PredictedTTFT:
         allowed = {c.id: c for c in eligible}
         fleet = request.fleet
         ids = frozenset(c.id for c in candidates) if fleet is None else fleet.ids
-        for position, worker_id in enumerate(self._rings.walk_ids(request.key.key, ids)):
+        for position, worker_id in enumerate(self.rings.walk_ids(request.key.key, ids)):
             if worker_id in allowed:
                 return allowed[worker_id], "ring" if position == 0 else "spill"
         return eligible[0], "spill"  # unreachable: eligible is a non-empty subset
