@@ -48,27 +48,23 @@ class Shortlist:
         """``match``: residency over the fleet, one lookup (None: the policy reads none)."""
         picked: dict[str, Candidate] = {}
         by_id = fleet.by_id
-
-        def take(worker_id: str) -> None:
-            if worker_id not in picked:
-                worker = by_id.get(worker_id)
-                if worker is not None and worker.routable():
-                    picked[worker_id] = Candidate(worker)
-
         if match is not None and request.key.chain:
             matches = await match(request, fleet.ids)
             request.matches = matches
             holders = matches if len(matches) <= self.size else \
                 heapq.nlargest(self.size, matches, key=matches.__getitem__)
             for worker_id in holders:
-                take(worker_id)
+                worker = by_id.get(worker_id)
+                if worker is not None and worker.routable():
+                    picked[worker_id] = Candidate(worker)
         n, total = len(fleet), fleet.load()
         routable, under_mean = 0, False
         for worker_id in self._rings.walk_ids(request.key.key, fleet.ids):
             worker = by_id[worker_id]
             if not worker.routable():
                 continue
-            take(worker_id)
+            if worker_id not in picked:
+                picked[worker_id] = Candidate(worker)
             routable += 1
             under_mean = under_mean or worker.load * n <= total
             if routable >= self.ring_depth and under_mean:
@@ -76,6 +72,7 @@ class Shortlist:
         start, workers = self._rng.randrange(n), fleet.workers
         for worker in workers[start:start + self.sample] \
                 + workers[:max(0, start + self.sample - n)]:
-            take(worker.id)
+            if worker.id not in picked and worker.routable():
+                picked[worker.id] = Candidate(worker)
         request.fleet = fleet
         return list(picked.values())

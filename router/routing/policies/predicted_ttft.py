@@ -45,8 +45,8 @@ chosen while another is under it.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Sequence
+from operator import attrgetter
 
 from router.fleet.prefill_model import leading_work
 from router.routing.candidate import Candidate
@@ -55,6 +55,8 @@ from router.routing.policies.bound import under_bound
 from router.routing.policies.ring import RingCache
 from router.routing.replicas import ReplicaSets
 from router.routing.request import RoutingRequest
+
+_by_ttft = attrgetter("ttft_s")
 
 
 def _cold(deepest: int, shared: int) -> bool:
@@ -152,13 +154,11 @@ class PredictedTTFT:
 
     def rank(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Decision:
         chunk = self.chunk_tokens
-        costs = {c.id: c.ttft_s + _delay_caused_s(c, chunk) for c in candidates}
-
-        def cost(c: Candidate) -> float:
-            return costs[c.id]
+        costs = {c: c.ttft_s + _delay_caused_s(c, chunk) for c in candidates}
+        cost = costs.__getitem__  # a candidate hashes as itself: no Python frame per key
 
         def start(c: Candidate) -> float:
-            return _start_s(c, costs[c.id])
+            return _start_s(c, costs[c])
 
         eligible = under_bound(candidates, self.epsilon, self.margin, request.fleet)
         context = request.key.key
@@ -213,10 +213,13 @@ class PredictedTTFT:
                  eligible: Sequence[Candidate], choice: Candidate, reason: str) -> Decision:
         replicas = self.replicas.use(request.key.key, choice.id, request.key.chain,
                                      choice.prefill_work)
-        allowed = {c.id for c in eligible}
-        rest = heapq.nsmallest(self.depth - 1, (c for c in candidates if c is not choice),
-                               key=lambda c: (c.id not in allowed, c.ttft_s))
-        return Decision([choice, *rest], reason, replicas)
+        rest = [c for c in candidates if c is not choice]
+        if len(eligible) == len(candidates):
+            rest.sort(key=_by_ttft)
+        else:  # the failover order tries those under the bound first
+            allowed = set(eligible)
+            rest.sort(key=lambda c: (c not in allowed, c.ttft_s))
+        return Decision([choice, *rest[:self.depth - 1]], reason, replicas)
 
     def _founds(self, request: RoutingRequest, live: dict[str, float], stay: Candidate,
                 eligible: Sequence[Candidate], deepest: int) -> list[Candidate]:
