@@ -107,11 +107,11 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
     except Rejected as exc:  # RequestError is one too
         return await admission.refused(request, exc, {"X-Request-Id": request_id})
 
-    attempts: list[Attempt] = []
+    attempts: list[Attempt] = []  # the proxy's tries, also when the client's leaving
+    # cancels this handler mid-forward
 
     def begin(candidate: Candidate) -> Attempt:
         attempt = pipeline.attempt(routing, candidate, parsed.stream)
-        attempts.append(attempt)
         if on_attempt is not None:
             on_attempt(attempt)
         return attempt
@@ -120,7 +120,7 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
     try:
         outcome = await state.proxy.forward(
             request, upstream or path, parsed.body, decision.ranked, parsed.stream,
-            request_id, decision.reason, begin,
+            request_id, decision.reason, begin, attempts,
             _predicted_headers(routing, decision.ranked) if state.config.router_headers
             else None, parsed.payload if parsed.stream and spec.resumable else None,
             spec.method)
@@ -135,7 +135,7 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
     finally:  # a client gone at [DONE] cancels the handler after the usage was relayed
         pipeline.complete(attempts)
     route_trace.record(request, routing, decision, outcome)
-    _count(request, path, decision.reason, outcome.attempts, outcome.worker,
+    _count(request, path, decision.reason, attempts, outcome.worker,
            outcome.response.status, started)
     return await admission.finished(request, outcome.response)
 

@@ -119,16 +119,18 @@ class Proxy:
     async def forward(self, request: web.Request, path: str, body: bytes,
                       ranked: Sequence[Candidate], stream: bool, request_id: str,
                       reason: str, begin: Callable[[Candidate], Attempt],
+                      done: list[Attempt],
                       worker_headers: Mapping[str, Mapping[str, str]] | None = None,
                       payload: Mapping[str, Any] | None = None,
                       method: str = "POST") -> Outcome:
         """Try the ranked workers in turn, each as an Attempt from ``begin`` (the routing
-        pipeline's cost accounting); ``worker_headers`` adds per-worker reply headers;
-        ``payload`` (the parsed body) lets a broken stream be resumed."""
+        pipeline's cost accounting), appended to ``done``: the caller's list, which it
+        still holds when the client's leaving cancels this call; ``worker_headers`` adds
+        per-worker reply headers; ``payload`` (the parsed body) lets a broken stream be
+        resumed."""
         headers = filtered_headers(request.headers, HOP_BY_HOP, {"X-Request-Id": request_id})
         failure = UpstreamFailure(503, "no worker could take the request", "none")
         tries = ranked[: self._config.retry_attempts]
-        done: list[Attempt] = []
         if self._hedges is not None:
             self._hedges.on_request()
         for attempt, candidate in enumerate(tries):
