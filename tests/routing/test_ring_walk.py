@@ -34,3 +34,23 @@ def test_a_large_ring_walks_in_uhashring_order() -> None:
         assert list(rings.walk_ids(key, ids)) == expected
         assert [w for w, _ in zip(rings.walk_ids(key, ids), range(12), strict=False)] \
             == expected[:12]
+
+
+def test_rings_merged_from_kept_node_points_follow_membership_changes() -> None:
+    """Workers join and leave; a ring built from the points kept per node (and the node
+    numbers of forgotten workers reused) walks as a fresh uhashring ring does."""
+    rng = random.Random(5)
+    rings = RingCache(size=2)
+    members = {f"w{i}" for i in range(12)}
+    joined = 12
+    for _ in range(25):
+        if rng.random() < 0.5 and len(members) > 2:
+            members.discard(rng.choice(sorted(members)))
+        else:
+            members.add(f"w{joined}")
+            joined += 1
+        ids = frozenset(members)
+        fresh = HashRing(nodes=sorted(ids))
+        for _ in range(5):
+            key = rng.randbytes(8).hex()
+            assert list(rings.walk_ids(key, ids)) == list(fresh.iterate_nodes(key, distinct=True))
