@@ -27,7 +27,7 @@ class _Ring:
     and the shortlist and the policy within one decision, walk the same key."""
 
     HEAD = 8
-    MEMO = 65536  # keys whose walk is kept (~1 KB each)
+    MEMO = 8192  # keys whose walk is kept (~300 bytes each: ~2.4 MB a ring, 8 rings kept)
 
     __slots__ = ("_count", "_entries", "_hash", "_memo", "_names")
 
