@@ -83,7 +83,7 @@ async def run_demo(workers: int, port: int) -> None:
     base = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:
-            await _wait_ready(session, base)
+            await _wait_ready(session, base, [url for _, url in fleet])
             print(f"prefix-router on {base} in front of {workers} simulated workers "
                   f"({MODEL}); routing three requests:")
             by_id = {f"w{i}": url for i, (_, url) in enumerate(fleet)}
@@ -106,12 +106,18 @@ async def run_demo(workers: int, port: int) -> None:
             proc.wait(timeout=10)
 
 
-async def _wait_ready(session: aiohttp.ClientSession, base: str) -> None:
+async def _wait_ready(session: aiohttp.ClientSession, base: str, workers: list[str]) -> None:
+    """Every worker up, not only the one the router's /ready needs: the demo reads each
+    worker's metrics (a loaded machine starts the last ones seconds after the first)."""
     deadline = time.monotonic() + 60
+    waiting = [base + "/ready", *(url + "/health" for url in workers)]
     while time.monotonic() < deadline:
-        with contextlib.suppress(aiohttp.ClientError):
-            async with session.get(base + "/ready") as resp:
-                if resp.status == 200:
-                    return
+        for url in list(waiting):
+            with contextlib.suppress(aiohttp.ClientError):
+                async with session.get(url) as resp:
+                    if resp.status == 200:
+                        waiting.remove(url)
+        if not waiting:
+            return
         await asyncio.sleep(0.2)
-    raise RuntimeError("no simulated worker became healthy within 60 s")
+    raise RuntimeError(f"not up within 60 s: {', '.join(waiting)}")
