@@ -82,8 +82,8 @@ class RingCache:
     def __init__(self, size: int = 8) -> None:
         self._rings: OrderedDict[frozenset[str], _Ring] = OrderedDict()
         self._size = size
-        self._entries: dict[str, list[int]] = {}  # node id -> its tagged points
-        self._numbers: dict[str, int] = {}
+        self._entries: dict[str, list[int]] = {}  # node id -> its tagged points (each
+        # entry's low TAG_BITS are the node's number)
         self._names: list[str] = []  # node number -> id
         self._free: list[int] = []  # numbers of nodes no kept ring holds
         self._hash = HashRing().hashi  # uhashring's key hash (md5)
@@ -91,13 +91,14 @@ class RingCache:
     def _node_entries(self, worker_id: str) -> list[int]:
         entries = self._entries.get(worker_id)
         if entries is None:
-            number = self._free.pop() if self._free else len(self._names)
-            if number > _TAG:
-                raise ValueError(f"a ring holds at most {_TAG + 1} workers")
-            if number == len(self._names):
+            if self._free:
+                number = self._free.pop()
+                self._names[number] = worker_id
+            else:
+                number = len(self._names)
+                if number > _TAG:
+                    raise ValueError(f"a ring holds at most {_TAG + 1} workers")
                 self._names.append(worker_id)
-            self._names[number] = worker_id
-            self._numbers[worker_id] = number
             points = HashRing(nodes=[worker_id]).runtime._keys
             entries = self._entries[worker_id] = [p >> 80 << TAG_BITS | number
                                                   for p in points]
@@ -119,8 +120,7 @@ class RingCache:
     def _forget_unheld(self) -> None:
         held = frozenset().union(*self._rings)
         for worker_id in [w for w in self._entries if w not in held]:
-            del self._entries[worker_id]
-            self._free.append(self._numbers.pop(worker_id))
+            self._free.append(self._entries.pop(worker_id)[0] & _TAG)
 
     def walk(self, key: str, candidates: Sequence[Worker]) -> Iterator[Worker]:
         """Candidates clockwise from the key's point: the ring owner first."""
