@@ -134,7 +134,7 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
         raise
     finally:  # a client gone at [DONE] cancels the handler after the usage was relayed
         pipeline.complete(attempts)
-    route_trace.record(request, routing, decision, outcome)
+    route_trace.record(request, routing, decision, outcome, attempts)
     _count(request, path, decision.reason, attempts, outcome.worker,
            outcome.response.status, started)
     return await admission.finished(request, outcome.response)

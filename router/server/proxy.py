@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -69,7 +69,6 @@ class ClientGone(Exception):
 class Outcome:
     response: web.StreamResponse
     worker: Worker | None
-    attempts: list[Attempt] = field(default_factory=list)
 
 
 @dataclass(slots=True, eq=False)
@@ -170,7 +169,7 @@ class Proxy:
                     body = shaped
                     reply_headers["Content-Type"] = "application/json"
                 return Outcome(web.Response(status=status, body=body,
-                                            headers=reply_headers), worker, done)
+                                            headers=reply_headers), worker)
             resume = None
             if payload is not None and self._config.stream_resumes > 0:
                 chat = path.endswith("/chat/completions")
@@ -178,11 +177,11 @@ class Proxy:
                     resume = Resumption(payload, chat, ranked, self._config.stream_resumes)
             response = await self._stream(request, leg, reply_headers, request_id, resume,
                                           _Continue(path, headers, begin, done))
-            return Outcome(response, worker, done)
+            return Outcome(response, worker)
         response = error_response(failure.status, str(failure), code=failure.cause,
                                   retry_after=1 if failure.status == 503 else None,
                                   headers={"X-Request-Id": request_id})
-        return Outcome(response, None, done)
+        return Outcome(response, None)
 
     async def _open_hedged(self, tried: Attempt, spares: Sequence[Candidate], path: str,
                            body: bytes, headers: CIMultiDict[str], stream: bool, method: str,

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from router.config import RouterConfig
 from router.infra.trace_context import SPAN
+from router.routing.accounting import Attempt
 from router.routing.policies.base import Decision
 from router.routing.request import RoutingRequest
 from router.server.proxy import Outcome
@@ -31,7 +32,7 @@ def install(app: web.Application, config: RouterConfig) -> None:
 
 
 def record(request: web.Request, routing: RoutingRequest, decision: Decision,
-           outcome: Outcome) -> None:
+           outcome: Outcome, attempts: list[Attempt]) -> None:
     span = request.get(SPAN)
     if span is None:
         return
@@ -40,10 +41,10 @@ def record(request: web.Request, routing: RoutingRequest, decision: Decision,
                   decision.ranked[0])
     span.set_attributes({
         "prefix_router.key_source": routing.source,
-        "prefix_router.reason": decision.reason if len(outcome.attempts) <= 1 else "failover",
+        "prefix_router.reason": decision.reason if len(attempts) <= 1 else "failover",
         "prefix_router.worker": served.id if served is not None else "",
         "prefix_router.predicted_cached_tokens": int(chosen.cached_tokens),
         "prefix_router.candidates": len(decision.ranked),
-        "prefix_router.attempts": len(outcome.attempts),
+        "prefix_router.attempts": len(attempts),
         "prefix_router.model": routing.model or "",
     })
