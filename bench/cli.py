@@ -121,8 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("overhead", help="cost of the hop: direct vs through routers")
     o.add_argument("--requests", type=int, default=2000, help="per cell")
     o.add_argument("--concurrency", default="1,16,64")
-    o.add_argument("--targets", default="direct,prefix_router,prefix_router_round_robin,"
-                   "prefix_router_redis,sglang_cache_aware,vllm_round_robin,vllm_cache_aware,envoy,"
+    o.add_argument("--targets", default="direct,aiohttp_relay,prefix_router,"
+                   "prefix_router_round_robin,prefix_router_redis,sglang_cache_aware,vllm_round_robin,vllm_cache_aware,envoy,"
                    "envoy_picker,envoy_picker_lean")  # also envoy_picker_inline
     o.add_argument("--sut-cpus", default="", help="CPUs of the system under test, e.g. 1,2 "
                    "(default: CPU 1; the load generator keeps CPU 0)")

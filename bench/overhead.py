@@ -7,13 +7,14 @@ CPU 1, so the two do not steal each other's core. Results are quoted as ratios t
 direct path measured in the same run, because absolute numbers on a shared 2-core
 machine move from minute to minute.
 
-Targets: ``direct``; prefix-router as ``prefix_router`` (prefix_aware),
-``prefix_router_round_robin``, ``prefix_router_redis`` and ``prefix_router_2p``
-(``--processes 2`` sharing one Redis, both pinned to the system-under-test core unless
-``--sut-cpus`` gives more); the Rust peers ``sglang_cache_aware``, ``vllm_round_robin``
-and ``vllm_cache_aware``. Router CPU is every process of the target (children included)
-from /proc; streamed cells also time the first chunk (TTFT), which a Nagle-style delay
-in the hop would show.
+Targets: ``direct``; ``aiohttp_relay`` (bench/aiohttp_relay.py: aiohttp on uvloop reading
+and forwarding, nothing else, the floor under any aiohttp gateway); prefix-router as
+``prefix_router`` (prefix_aware), ``prefix_router_round_robin``, ``prefix_router_redis``
+and ``prefix_router_2p`` (``--processes 2`` sharing one Redis, both pinned to the
+system-under-test core unless ``--sut-cpus`` gives more); the Rust peers
+``sglang_cache_aware``, ``vllm_round_robin`` and ``vllm_cache_aware``. Router CPU is every
+process of the target (children included) from /proc; streamed cells also time the first
+chunk (TTFT), which a Nagle-style delay in the hop would show.
 """
 
 from __future__ import annotations
@@ -96,6 +97,11 @@ def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
     if name in PEER_TARGETS:
         peer, policy = PEER_TARGETS[name]
         return [peers.start_peer(peer, [upstream], logdir, policy=policy, cpus=sut)]
+    if name == "aiohttp_relay":  # aiohttp alone: the floor under prefix-router's hop
+        port = fleet.free_port()
+        return [fleet.launch(name, [sys.executable, "-m", "bench.aiohttp_relay", str(port),
+                                    upstream], f"http://127.0.0.1:{port}", logdir,
+                             ready_path="/ready", cpus=sut)]
     if name == "envoy":  # Envoy alone (least-request): the floor under envoy_picker
         config = gateway.envoy_config(fleet.free_port(), fleet.free_port(), None, [upstream])
         return [gateway.start_envoy(config, logdir, cpus=sut)]
