@@ -16,6 +16,25 @@ def vllm_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     yield from run_fleet(tmp_path_factory.mktemp("real-vllm"))
 
 
+@pytest.fixture(autouse=True)
+def vllm_fleet_alive(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test on the fleet: a worker that died during it fails the test with the
+    end of its log (the reason is otherwise lost with the tmp dir), and is started again so
+    the tests after it run on a whole fleet."""
+    yield
+    if ("vllm_fleet" not in request.fixturenames
+            or request.node.get_closest_marker("stops_worker") is not None):
+        return
+    fleet: Fleet = request.getfixturevalue("vllm_fleet")
+    dead = fleet.dead()
+    reports = [f"worker {w.name} (port {w.port}) exited with {w.proc.returncode} during this "
+               f"test; the end of its log:\n{w.tail()}" for w in dead]
+    for worker in dead:
+        fleet.revive(worker)
+    if reports:
+        pytest.fail("\n\n".join(reports), pytrace=False)
+
+
 @pytest.fixture(scope="module")
 def vllm_reranker(vllm_fleet: Fleet) -> Iterator[Worker]:
     """A pooling worker serving the fleet's tiny reranker; only the API tests need it, so it

@@ -64,6 +64,18 @@ class Fleet:
     model_dir: Path
     workers: dict[str, Worker]
     tmp: Path
+    start: Callable[[str], Worker]
+
+    def dead(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.proc.poll() is not None]
+
+    def revive(self, worker: Worker) -> None:
+        """A fresh start (new ports) of a worker that died, its log kept beside the new one,
+        so one engine crash fails the test it happened in, not every test after it."""
+        worker.log.rename(worker.log.with_suffix(f".died-{worker.proc.pid}.log"))
+        started = {worker.name: self.start(worker.name)}
+        wait_started(started, self.start)
+        self.workers[worker.name] = started[worker.name]
 
     @property
     def adapter_dir(self) -> Path:
@@ -160,7 +172,7 @@ def run_fleet(tmp: Path) -> Iterator[Fleet]:
     started = {name: start(name) for name in ("a", "b")}
     try:
         wait_started(started, start)
-        yield Fleet(model, started, tmp)
+        yield Fleet(model, started, tmp, start)
     finally:
         stop_workers(started.values())
 
