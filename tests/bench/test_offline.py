@@ -45,3 +45,24 @@ def test_ratio_lines_compare_the_first_policy_with_the_best_other_per_seed() -> 
     assert "- seed 0: p50 0.91, p90 1.11, p99 0.80" in text  # best others: b, a, a
     assert "- seed 1: p50 0.90, p90 1.25, p99 1.50" in text  # a, a, b
     assert "p50 0.905, p90 1.179, p99 1.095" in text  # sqrt(0.909 x 0.9), ...
+
+
+def test_a_request_arriving_during_a_step_counts_its_wait_for_that_step() -> None:
+    """A busy engine has already run its clock to the end of the step in progress when a
+    request arrives mid-step: its TTFT runs from its arrival, not from that step's end."""
+    import asyncio
+
+    from bench.offline import replay, router_config
+    from bench.workloads import BenchRequest
+
+    long_prompt = " ".join(f"doc{i}" for i in range(3000))  # ~6,000 tokens: one step
+    requests = [BenchRequest(0, 0.0, long_prompt, 8000, 4),  # tokens: an upper bound,
+                BenchRequest(1, 0.02, "a short question", 16, 4)]  # sizes max_model_len
+    fleet = asyncio.run(replay(requests, router_config("round_robin", []), 1,
+                               "llama-3-8b@h100-80gb", 20_000))
+    first, second = (next(f.handle.stats for f in fleet.done if f.request is r)
+                     for r in requests)
+    assert first.ttft > 0.1  # one long prefill step, which the second arrives during
+    assert second.arrival == 0.02
+    assert second.first_token > first.first_token  # it waited for that step
+    assert second.ttft > first.ttft - 0.02
