@@ -63,6 +63,7 @@ class Engine:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.sim_now = 0.0
+        self._step_end = 0.0  # when the step in progress (or the last one) ends
         self._pending_swap_out: list[int] = []  # tokens of each sequence swapped out
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -120,6 +121,7 @@ class Engine:
         if not scheduled and not cost.pcie_bytes:
             return None
         dt = step_seconds(self.profile, cost)
+        self._step_end = self.sim_now + dt
         self._complete(scheduled, dt)
         return dt
 
@@ -147,7 +149,11 @@ class Engine:
 
     # -- loop ----------------------------------------------------------------------
     def _now(self) -> float:
-        return max(self.sim_now, self.clock.now()) if not self.running else self.sim_now
+        """A request's arrival: now, but within the step in progress if one is (it joins
+        the next step). Stamped at the step's start, a request arriving mid-step had its
+        engine TTFT over-counted by the part of the step already run; vLLM stamps receipt."""
+        now = max(self.sim_now, self.clock.now())
+        return min(now, self._step_end) if self.running else now
 
     def _ensure_running(self) -> None:
         if self._task is None or self._task.done():
@@ -169,6 +175,7 @@ class Engine:
                 await self._wakeup.wait()
                 continue
             dt = step_seconds(self.profile, cost)
+            self._step_end = self.sim_now + dt
             await self.clock.sleep(dt)
             self._complete(scheduled, dt)
 

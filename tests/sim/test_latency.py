@@ -96,3 +96,21 @@ async def test_first_request_after_start_has_a_positive_ttft() -> None:
     await engine.stop()
     assert stats.ttft > 0
     assert stats.e2e >= stats.ttft
+
+
+async def test_a_request_arriving_mid_step_is_stamped_when_it_arrived() -> None:
+    """vLLM stamps a request at receipt: one arriving during a step waits for it, and the
+    engine's TTFT must count that wait, not the part of the step run before it came."""
+    clock = VirtualClock()
+    engine = Engine(load_profile("llama-3-8b@h100-80gb"), EngineConfig(hash_seed="0"), clock)
+    first = engine.submit(list(range(1, 6001)), max_tokens=1)
+    await asyncio.sleep(0)  # the loop starts its first step: a virtual sleep, then a yield
+    arrived = clock.now()
+    assert arrived > 0.0  # inside that step
+    second = engine.submit(list(range(7001, 7017)), max_tokens=1)
+    await first.collect()
+    await second.collect()
+    await engine.stop()
+    assert first.stats.arrival == 0.0
+    assert second.stats.arrival == arrived > 0.0  # not the step's start
+    assert second.stats.first_token > arrived
