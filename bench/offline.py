@@ -148,12 +148,11 @@ class Fleet:
         attempt = self.pipeline.attempt(routed.routing, chosen, stream=True)
         chosen.worker.begin()
         engine.sim_now = max(engine.sim_now, now)  # an idle engine waits for the arrival
-        handle = engine.add_request(self.tokenizer.encode(request.prompt), request.max_tokens)
-        # the engine stamps its own clock, which a busy engine has already advanced to the
-        # end of the step in progress: the request waits for that step, and its TTFT must
-        # count the wait (stamped late, a follower on a busy worker looked up to one
-        # 8k-token step, ~300 ms, sooner than it was)
-        handle.stats.arrival = now
+        # its own arrival: a busy engine's clock is already at the end of the step in
+        # progress, and its TTFT must count the wait for that step (stamped with that clock,
+        # a follower on a busy worker looked up to one 8k-token step, ~300 ms, sooner)
+        handle = engine.add_request(self.tokenizer.encode(request.prompt), request.max_tokens,
+                                    arrival=now)
         self.live[index].append(InFlight(request, chosen.worker, attempt, handle,
                                          routed.decision.reason, chosen.ttft_s))
 

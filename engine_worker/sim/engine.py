@@ -88,10 +88,12 @@ class Engine:
 
     def add_request(self, prompt_token_ids: Sequence[int], max_tokens: int = 16, n: int = 1,
                     request_id: str | None = None, cache_salt: str | None = None,
-                    lora: tuple[str, str] | None = None) -> RequestHandle:
+                    lora: tuple[str, str] | None = None,
+                    arrival: float | None = None) -> RequestHandle:
         """Queue a request without starting the loop (offline use with ``step``). A
         cache_salt or a LoRA adapter (name, path) keys its blocks apart, as vLLM's extra
-        keys do."""
+        keys do. ``arrival``: when it arrived, for a caller that steps the engine past it
+        (the engine's clock already shows the end of the step it waits for)."""
         prompt = list(prompt_token_ids)
         if not prompt:
             raise ValueError("the prompt must have at least one token")
@@ -109,7 +111,8 @@ class Engine:
                       prompt_hashes=self.hasher.chain(prompt, cache_salt=cache_salt, lora=lora),
                       max_tokens=max_tokens, n=n,
                       key=textgen.prompt_key(prompt),
-                      stats=RequestStats(prompt_tokens=len(prompt), arrival=self._now()))
+                      stats=RequestStats(prompt_tokens=len(prompt),
+                                         arrival=self._now() if arrival is None else arrival))
         req.live_seqs = 1
         self.waiting.append(Seq(req=req, index=0, tokens=list(prompt), hashes=req.prompt_hashes))
         self._update_gauges()
