@@ -62,6 +62,9 @@ class ReplicaSets:
         self._placed: dict[str, tuple[float, float]] = {}  # worker id -> demand, at
         self._work: dict[str, tuple[float, float]] = {}  # worker id -> prefill work, at
         self._work_total, self._work_at = 0.0, 0.0
+        self._openers: OrderedDict[bytes, tuple[float, float]] = OrderedDict()  # link ->
+        # new contexts that started from it, at; and all new contexts, at
+        self._opened, self._opened_at = 0.0, 0.0
 
     def live(self, context: str) -> dict[str, float]:
         """Worker id -> last use, for replicas used within ``idle_s`` (stale ones dropped)."""
@@ -106,6 +109,23 @@ class ReplicaSets:
             self._work_total = self._decayed(self._work_total, self._work_at, now) + work
             self._work_at = now
         return len(record.replicas)
+
+    def opened(self, link: bytes | None) -> float:
+        """Record a new context (no live replica) whose prompt matched warm up to ``link``
+        (None: nothing held); returns the share of recent new contexts that started from
+        ``link`` before this one, each decayed over ``idle_s``. A chat's system prompt
+        starts them all, a retrieved document the few that ask about it."""
+        now = self._clock()
+        self._opened = self._decayed(self._opened, self._opened_at, now) + 1.0
+        self._opened_at = now
+        if link is None:
+            return 0.0
+        count, at = self._openers.pop(link, (0.0, now))
+        count = self._decayed(count, at, now) + 1.0
+        self._openers[link] = count, now  # the newest last
+        if len(self._openers) > self._max:
+            self._openers.popitem(last=False)
+        return (count - 1.0) / self._opened
 
     def recent_work(self, worker_id: str) -> float:
         """Prefill work placed on the worker, decayed over ``idle_s``."""

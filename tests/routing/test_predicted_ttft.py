@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pytest
@@ -31,8 +32,13 @@ def pool(n: int, loads: Sequence[int] | None = None,
                    capacity_blocks=capacity_blocks, block_size=16) for i in range(n)]
 
 
-def request(context: str, tokens: float = 4000.0) -> RoutingRequest:
-    return RoutingRequest(RoutingKey(context, (b"\x01" * 8,)), tokens, 64.0)
+def request(context: str, tokens: float = 4000.0, opener: int = 0,
+            prefix: str = "opener") -> RoutingRequest:
+    """A prompt of 64-token blocks, its own but for its first ``opener``, named ``prefix``
+    (a system prompt every context starts with, a document several ask about)."""
+    chain = tuple(f"{prefix}:{i}".encode() if i < opener else f"{context}:{i}".encode()
+                  for i in range(max(1, math.ceil(tokens / 64))))
+    return RoutingRequest(RoutingKey(context, chain), tokens, 64.0)
 
 
 def annotate(workers: Sequence[Worker], req: RoutingRequest, cached: dict[str, float],
@@ -468,34 +474,85 @@ def test_a_warm_worker_a_few_ms_slower_than_a_cold_owner_keeps_the_context() -> 
 
 
 
-def test_a_new_context_skips_a_ring_owner_with_more_than_its_share_of_recent_work() -> None:
+def _owned_by(workers: Sequence[Worker], worker_id: str, tag: str) -> RoutingRequest:
+    """A fresh context whose ring owner is ``worker_id``."""
+    for i in range(1000):
+        req = request(f"{tag}{i}")  # a fresh policy has no recent work: the ring alone
+        if PredictedTTFT().rank(req, annotate(workers, req, {}, {})).ranked[0].id == worker_id:
+            return req
+    raise AssertionError("no key owned by " + worker_id)
+
+
+def test_a_new_context_starts_on_the_least_worked_worker_while_work_is_uneven() -> None:
     """At low load no worker nears the in-flight bound, so new contexts followed the ring
     alone and its arcs set the balance (offline multiturn: max/mean busy 1.25-1.46). A new
-    context starts on the first worker clockwise whose recent prefill work is within
-    ``epsilon`` of the fleet's mean; its later requests follow it there."""
+    context starts on its ring owner while every worker's recent prefill work is within
+    ``epsilon`` of the mean, else on the least worked (not the owner's clockwise
+    neighbour); its later requests follow it there."""
     clock = Clock()
     replicas = ReplicaSets(idle_s=30.0, clock=clock)
     policy = PredictedTTFT(replicas=replicas)
     workers = pool(4)
-
-    def owned_by(worker_id: str, tag: str) -> RoutingRequest:
-        for i in range(1000):
-            req = request(f"{tag}{i}")  # a fresh policy has no recent work: the ring alone
-            if PredictedTTFT().rank(req, annotate(workers, req, {}, {})).ranked[0].id \
-                    == worker_id:
-                return req
-        raise AssertionError("no key owned by " + worker_id)
-
-    for w in workers:  # 4,000 tokens placed on every worker lately
-        replicas.use(f"old-{w.id}", w.id, (), 4000.0)
-    replicas.use("long-prompt", "w0", (), 40_000.0)  # and a long prompt on w0
-    mine, other = owned_by("w0", "a"), owned_by("w1", "b")
+    for w, work in zip(workers, (60_000.0, 20_000.0, 19_000.0, 21_000.0), strict=True):
+        replicas.use(f"old-{w.id}", w.id, (), work)  # recent work: w0 far over the mean
+    mine = _owned_by(workers, "w0", "a")
     moved = policy.rank(mine, annotate(workers, mine, {}, {}))
-    assert moved.reason == "spill" and moved.ranked[0].id != "w0"
-    assert policy.rank(mine, annotate(workers, mine, {}, {})).ranked[0].id == \
-        moved.ranked[0].id  # its home now
-    kept = policy.rank(other, annotate(workers, other, {}, {}))
-    assert kept.reason == "ring" and kept.ranked[0].id == "w1"
+    assert moved.reason == "spill" and moved.ranked[0].id == "w2"  # the least, 19 k
+    assert policy.rank(mine, annotate(workers, mine, {}, {})).ranked[0].id == "w2"  # home
     clock.now = 300.0  # ten idle_s later the work has faded: the ring decides again
-    late = owned_by("w0", "c")
+    late = _owned_by(workers, "w0", "c")
     assert policy.rank(late, annotate(workers, late, {}, {})).ranked[0].id == "w0"
+
+
+def test_a_worker_far_under_the_mean_draws_new_contexts_its_ring_arc_would_not() -> None:
+    """A worker whose arc drew few keys by chance never went over a bound from above and
+    idled (offline multiturn seed 4: 4 of 100 conversations, busy 0.43x the mean)."""
+    replicas = ReplicaSets(idle_s=30.0, clock=Clock())
+    policy = PredictedTTFT(replicas=replicas)
+    workers = pool(4)
+    for w, work in zip(workers, (24_000.0, 24_000.0, 24_000.0, 8_000.0), strict=True):
+        replicas.use(f"old-{w.id}", w.id, (), work)  # mean 20 k: w3 under 0.75 of it
+    mine = _owned_by(workers, "w1", "a")
+    decision = policy.rank(mine, annotate(workers, mine, {}, {}))
+    assert decision.ranked[0].id == "w3" and decision.reason == "spill"
+    replicas.use("more-w3", "w3", (), 10_000.0)  # now all within epsilon of the mean
+    other = _owned_by(workers, "w1", "b")
+    kept = policy.rank(other, annotate(workers, other, {}, {}))
+    assert kept.ranked[0].id == "w1" and kept.reason == "ring"
+
+
+def test_a_short_opener_one_worker_holds_draws_only_the_first_new_context() -> None:
+    """A chat's system prompt (256 tokens) is held by one worker before the fleet has seen
+    it twice: each new conversation matched it there and went warm, 13 of the first 30 to
+    one of 8 workers (offline multiturn seed 4). Once more than one worker's share of the
+    new contexts start from it, it is an opener, not a context, and each goes to its own
+    ring owner. A short prefix few new contexts start from (a snippet some questions
+    share), or a long one (a 3,000-token document), still draws them to its holder."""
+    workers = pool(8)
+    ring = PredictedTTFT()
+
+    def placed(policy: PredictedTTFT, context: str, opener_tokens: int,
+               opener: str = "opener") -> tuple[str, str, str]:
+        req = request(context, opener_tokens + 200, opener_tokens // 64, opener)
+        owner = ring.rank(req, annotate(workers, req, {}, {})).ranked[0].id
+        holder = "w0" if owner != "w0" else "w1"
+        decision = policy.rank(req, annotate(workers, req, {holder: opener_tokens}, {}))
+        return decision.ranked[0].id, holder, owner
+
+    chats = PredictedTTFT()
+    chosen, holder, _ = placed(chats, "chat-1", 256)
+    assert chosen == holder  # the first: nothing says the prefix is not its own
+    for context in ("chat-2", "chat-3", "chat-4"):
+        chosen, holder, owner = placed(chats, context, 256)
+        assert chosen == owner != holder
+    for context in ("rag-1", "rag-2", "rag-3"):
+        chosen, holder, _ = placed(chats, context, 3008, "doc")  # 150 ms of prefill
+        assert chosen == holder
+
+    snippets = PredictedTTFT()
+    for i in range(16):  # new contexts that start from nothing held
+        req = request(f"other-{i}")
+        snippets.rank(req, annotate(workers, req, {}, {}))
+    for context in ("q-1", "q-2", "q-3"):  # then 3 of 19 start from one snippet
+        chosen, holder, _ = placed(snippets, context, 256, "snippet")
+        assert chosen == holder

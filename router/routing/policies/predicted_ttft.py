@@ -10,12 +10,17 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
 - a worker that holds more of the prompt than home and is predicted faster, or slower by
   less than ``slack_s``, wins (``warm``): it consolidates the context rather than
   scattering it. A prefix several workers hold and that is a minority of the prompt is
-  shared (a system prompt, a tool prompt), not this context's, and does not count;
+  shared (a system prompt, a tool prompt), not this context's, and does not count; nor
+  does a short one (under ``slack_s`` of prefill) that more than one worker's share of
+  the recent new contexts started from, though one worker holds it so far (a chat's
+  system prompt, early on);
 - a context with no live replica and nothing of its own held anywhere is cold: it starts
-  on its ring owner unless another worker starts it sooner by ``cold_slack_s`` plus
-  ``cold_slack_ratio`` of that worker's start, both priced on the fleet's prefill line
-  (a 12.7 s prediction is not known to 10 ms: live, predictions err by a few per cent,
-  and a move for less is a coin toss on which two router replicas disagree);
+  on its ring owner (or, while recent prefill work is not within ``epsilon`` of the
+  fleet's mean everywhere, on the worker with the least) unless another worker starts it
+  sooner by ``cold_slack_s`` plus ``cold_slack_ratio`` of that worker's start, both
+  priced on the fleet's prefill line (a 12.7 s prediction is not known to 10 ms: live,
+  predictions err by a few per cent, and a move for less is a coin toss on which two
+  router replicas disagree);
 - a new branch of a busy context's trunk (replicas.py) founds a replica on the worker
   placed least lately while the context has fewer replicas than its share (``spread``);
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
@@ -177,6 +182,8 @@ class PredictedTTFT:
         # nothing never wins against those holding it (seen: 0 of 359 requests on one
         # worker; a 288-token system prompt on 4 of 8 drew every new conversation there)
         deepest, shared = _held(request, candidates)
+        if not live and self._opener(request, candidates, deepest, shared):
+            shared = deepest
         warmer = [c for c in eligible if c.matched_blocks > max(stay.matched_blocks, shared)]
         # within ``slack_s``: a warm worker that a stale shared queue made look a few ms
         # slower lost to a cold ring owner, and two router replicas put one document on
@@ -248,6 +255,25 @@ class PredictedTTFT:
         least = min(recent(worker_id) for worker_id in live)
         return [c for c in fresh if 2 * recent(c.id) < least]
 
+    def _opener(self, request: RoutingRequest, candidates: Sequence[Candidate],
+                deepest: int, shared: int) -> bool:
+        """A new context's deepest match is an opener many contexts start from: more than
+        one worker's fair share of the fleet's recent new contexts (a chat's system
+        prompt), and short, under ``slack_s`` of prefill, so placing the context where it
+        balances the fleet costs less than the slack. Held by one worker early on, a
+        system prompt drew every new conversation there as warm (offline multiturn seed
+        4: 13 of the first 30 on one of 8 workers, which ended 1.4x the mean busy).
+        A retrieved document starts the few contexts that ask about it, and they still
+        consolidate on its holder."""
+        tip = request.key.chain[deepest - 1] if deepest > shared else None
+        share = self.replicas.opened(tip)
+        if tip is None:
+            return False
+        n = len(request.fleet) if request.fleet is not None else len(candidates)
+        line = candidates[0].worker.cost.prefill
+        return share * n > 1.0 \
+            and request.cached_tokens(deepest) < self.slack_s * (line.parent or line).rate
+
     def _work_price(self, target: Candidate) -> float:
         """Seconds of waiting per second of prefill added to ``target``: the work delays
         the requests that queue behind it there, about 1 + those waiting now (a busy M/M/1
@@ -264,19 +290,26 @@ class PredictedTTFT:
     def _balanced_owner(self, request: RoutingRequest, candidates: Sequence[Candidate],
                         eligible: Sequence[Candidate], owner: Candidate,
                         reason: str) -> tuple[Candidate, str]:
-        """A new context's home: the first worker clockwise from its key whose recent
-        prefill work is within ``epsilon`` of the fleet's mean, this request's counted
-        (consistent hashing with bounded loads, as the in-flight guard, on work decayed
-        over the replicas' ``idle_s`` rather than on requests in flight). At low load
-        every worker is under the in-flight bound, so new contexts followed the ring alone
-        and its arcs set the balance: offline multiturn, max/mean busy 1.25-1.46."""
+        """A new context's home: its ring owner while the owner's recent prefill work
+        (decayed over the replicas' ``idle_s``) is at most ``epsilon`` over the fleet's
+        mean and no worker is more than ``epsilon`` under it (once the fleet has about a
+        request's work a worker); else the worker with the least (ties: the first
+        clockwise). At low load every worker is under the in-flight bound, so new
+        contexts followed the ring alone and its arcs set the balance (offline multiturn:
+        max/mean busy 1.25-1.46). Bounding only the owner from above did not fix it: a
+        long arc's overflow piled onto the next worker clockwise, and a worker whose arc
+        drew few keys by chance (4 of 100 conversations, seed 4) idled, never over its
+        bound. Both ways, 5 of 12 seeds over 1.25 became 2."""
         n = len(request.fleet) if request.fleet is not None else len(candidates)
         work = self.replicas.recent_work
-        cap = (1 + self.epsilon) * (self.replicas.fleet_work() + owner.prefill_work) / n
-        if work(owner.id) <= cap:
+        this = owner.prefill_work
+        mean = (self.replicas.fleet_work() + this) / n
+        least = min(work(c.id) for c in eligible)
+        if work(owner.id) <= (1 + self.epsilon) * mean \
+                and (least >= (1 - self.epsilon) * mean or mean < this):
             return owner, reason
-        light = [c for c in eligible if work(c.id) <= cap]
-        return self._ring_owner(request, candidates, light) if light else (owner, reason)
+        return self._ring_owner(request, candidates,
+                                [c for c in eligible if work(c.id) <= least])
 
     def _ring_owner(self, request: RoutingRequest, candidates: Sequence[Candidate],
                     eligible: Sequence[Candidate]) -> tuple[Candidate, str]:
