@@ -291,19 +291,25 @@ class PredictedTTFT:
                         eligible: Sequence[Candidate], owner: Candidate,
                         reason: str) -> tuple[Candidate, str]:
         """A new context's home: its ring owner while the owner's recent prefill work
-        (decayed over the replicas' ``idle_s``) is at most ``epsilon`` over the fleet's
-        mean and no worker is more than ``epsilon`` under it (once the fleet has about a
-        request's work a worker); else the worker with the least (ties: the first
-        clockwise). At low load every worker is under the in-flight bound, so new
+        (decayed over the replicas' ``idle_s``) is at most ``epsilon`` over the mean of
+        the workers it may go to and none is more than ``epsilon`` under it (once they
+        have about a request's work each); else the worker with the least (ties: the
+        first clockwise). At low load every worker is under the in-flight bound, so new
         contexts followed the ring alone and its arcs set the balance (offline multiturn:
         max/mean busy 1.25-1.46). Bounding only the owner from above did not fix it: a
         long arc's overflow piled onto the next worker clockwise, and a worker whose arc
         drew few keys by chance (4 of 100 conversations, seed 4) idled, never over its
-        bound. Both ways, 5 of 12 seeds over 1.25 became 2."""
-        n = len(request.fleet) if request.fleet is not None else len(candidates)
+        bound. Both ways, 5 of 12 seeds over 1.25 became 2. The mean is over the model's
+        fleet, not every worker this router placed work on: an adapter's two workers,
+        measured against the base model's whole fleet, both looked idle. A shortlisted
+        fleet (over ``--shortlist-size`` workers) is measured on every worker's work,
+        and its least worked is the shortlist's (router/routing/shortlist.py)."""
         work = self.replicas.recent_work
         this = owner.prefill_work
-        mean = (self.replicas.fleet_work() + this) / n
+        if request.fleet is None:  # every routable worker of the model's fleet
+            mean = (sum(work(c.id) for c in candidates) + this) / len(candidates)
+        else:  # a shortlist: one pass over a large fleet costs more than the decision
+            mean = (self.replicas.fleet_work() + this) / len(request.fleet)
         least = min(work(c.id) for c in eligible)
         if work(owner.id) <= (1 + self.epsilon) * mean \
                 and (least >= (1 - self.epsilon) * mean or mean < this):
