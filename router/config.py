@@ -77,9 +77,8 @@ class RouterConfig:
                            "up to as many 16 times as long", *_POSITIVE)
     key_blocks: int = _opt(32, "ring key = chain link at block min(n, key_blocks)", *_POSITIVE)
     bound_epsilon: float = _opt(0.25, "load bound slack: bound = ceil((1+eps)(L+1)/n); "
-                                "predicted_ttft starts a new context on its ring owner while "
-                                "every worker's recent prefill work is within eps of the "
-                                "fleet's mean, else on the least worked",
+                                "predicted_ttft starts a new context only on a worker whose "
+                                "recent prefill work is within (1+eps) of the fleet's mean",
                                 *_POSITIVE)
     bound_margin: int = _opt(4, "predicted_ttft: requests allowed over the load bound (keeps "
                              "a conversation on its worker at low concurrency)", *_NON_NEGATIVE)

@@ -11,9 +11,7 @@ request. Few of them can win:
 - the least loaded, sampled: ``sample`` workers in a row of the fleet's list from a
   random start (the power of d choices: the least loaded of d random workers is close
   to the least loaded of all; a run from a random start draws as well where the list's
-  order says nothing of load, and costs one slice instead of d draws). A new context
-  that predicted_ttft starts off its ring owner for balance goes to the least recently
-  worked of the candidates, so there too a shortlist samples the fleet.
+  order says nothing of load, and costs one slice instead of d draws).
 Fleets of at most ``size`` workers, and policies that read every candidate (round robin,
 least loaded, the peers' reproductions), get every routable worker, as before.
 """

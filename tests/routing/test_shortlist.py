@@ -8,8 +8,6 @@ import asyncio
 import math
 import random
 
-import pytest
-
 from router.fleet.workers import Worker, WorkerPool
 from router.infra.metrics import RouterMetrics
 from router.residency.memory import MemoryResidency
@@ -57,22 +55,11 @@ def test_equal_loads_shortlist_decides_as_the_whole_fleet() -> None:
         await asyncio.sleep(0)
         short = pipeline(fleet_of([2] * N), residency, shortlist_size=16)
         whole = pipeline(fleet_of([2] * N), residency, shortlist_size=10_000)
-        spills = 0
         for prompt in warm + cold:
             (a, seen), (b, everyone) = await decide(short, prompt), await decide(whole, prompt)
+            assert a.ranked[0].id == b.ranked[0].id
             assert (a.reason, a.ranked[0].matched_blocks) == (b.reason, b.ranked[0].matched_blocks)
             assert seen < everyone == N  # the shortlist weighed fewer
-            if b.reason != "spill":
-                assert a.ranked[0].id == b.ranked[0].id
-                continue
-            # off the ring owner for balance: to the least recently worked, which the
-            # shortlist samples (the whole fleet's has none; the sample's least, little)
-            spills += 1
-            before = [p.policy.replicas.recent_work(d.ranked[0].id) - d.ranked[0].prefill_work
-                      for p, d in ((whole, b), (short, a))]  # this request's work placed
-            assert before[0] == pytest.approx(0.0, abs=1.0)  # tokens; it decays as it runs
-            assert before[1] <= short.policy.replicas.fleet_work() / N
-        assert spills  # the cold prompts came after the warm ones had worked their owners
 
     asyncio.run(run())
 

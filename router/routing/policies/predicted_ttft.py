@@ -15,12 +15,10 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
   the recent new contexts started from, though one worker holds it so far (a chat's
   system prompt, early on);
 - a context with no live replica and nothing of its own held anywhere is cold: it starts
-  on its ring owner (or, while recent prefill work is not within ``epsilon`` of the
-  fleet's mean everywhere, on the worker with the least) unless another worker starts it
-  sooner by ``cold_slack_s`` plus ``cold_slack_ratio`` of that worker's start, both
-  priced on the fleet's prefill line (a 12.7 s prediction is not known to 10 ms: live,
-  predictions err by a few per cent, and a move for less is a coin toss on which two
-  router replicas disagree);
+  on its ring owner unless another worker starts it sooner by ``cold_slack_s`` plus
+  ``cold_slack_ratio`` of that worker's start, both priced on the fleet's prefill line
+  (a 12.7 s prediction is not known to 10 ms: live, predictions err by a few per cent,
+  and a move for less is a coin toss on which two router replicas disagree);
 - a new branch of a busy context's trunk (replicas.py) founds a replica on the worker
   placed least lately while the context has fewer replicas than its share (``spread``);
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
@@ -290,32 +288,19 @@ class PredictedTTFT:
     def _balanced_owner(self, request: RoutingRequest, candidates: Sequence[Candidate],
                         eligible: Sequence[Candidate], owner: Candidate,
                         reason: str) -> tuple[Candidate, str]:
-        """A new context's home: its ring owner while the owner's recent prefill work
-        (decayed over the replicas' ``idle_s``) is at most ``epsilon`` over the mean of
-        the workers it may go to and none is more than ``epsilon`` under it (once they
-        have about a request's work each); else the worker with the least (ties: the
-        first clockwise). At low load every worker is under the in-flight bound, so new
-        contexts followed the ring alone and its arcs set the balance (offline multiturn:
-        max/mean busy 1.25-1.46). Bounding only the owner from above did not fix it: a
-        long arc's overflow piled onto the next worker clockwise, and a worker whose arc
-        drew few keys by chance (4 of 100 conversations, seed 4) idled, never over its
-        bound. Both ways, 5 of 12 seeds over 1.25 became 2. The mean is over the model's
-        fleet, not every worker this router placed work on: an adapter's two workers,
-        measured against the base model's whole fleet, both looked idle. A shortlisted
-        fleet (over ``--shortlist-size`` workers) is measured on every worker's work,
-        and its least worked is the shortlist's (router/routing/shortlist.py)."""
+        """A new context's home: the first worker clockwise from its key whose recent
+        prefill work is within ``epsilon`` of the fleet's mean, this request's counted
+        (consistent hashing with bounded loads, as the in-flight guard, on work decayed
+        over the replicas' ``idle_s`` rather than on requests in flight). At low load
+        every worker is under the in-flight bound, so new contexts followed the ring alone
+        and its arcs set the balance: offline multiturn, max/mean busy 1.25-1.46."""
+        n = len(request.fleet) if request.fleet is not None else len(candidates)
         work = self.replicas.recent_work
-        this = owner.prefill_work
-        if request.fleet is None:  # every routable worker of the model's fleet
-            mean = (sum(work(c.id) for c in candidates) + this) / len(candidates)
-        else:  # a shortlist: one pass over a large fleet costs more than the decision
-            mean = (self.replicas.fleet_work() + this) / len(request.fleet)
-        least = min(work(c.id) for c in eligible)
-        if work(owner.id) <= (1 + self.epsilon) * mean \
-                and (least >= (1 - self.epsilon) * mean or mean < this):
+        cap = (1 + self.epsilon) * (self.replicas.fleet_work() + owner.prefill_work) / n
+        if work(owner.id) <= cap:
             return owner, reason
-        return self._ring_owner(request, candidates,
-                                [c for c in eligible if work(c.id) <= least])
+        light = [c for c in eligible if work(c.id) <= cap]
+        return self._ring_owner(request, candidates, light) if light else (owner, reason)
 
     def _ring_owner(self, request: RoutingRequest, candidates: Sequence[Candidate],
                     eligible: Sequence[Candidate]) -> tuple[Candidate, str]:
