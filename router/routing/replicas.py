@@ -112,9 +112,10 @@ class ReplicaSets:
 
     def opened(self, link: bytes | None) -> float:
         """Record a new context (no live replica) whose prompt matched warm up to ``link``
-        (None: nothing held); returns the share of recent new contexts that started from
-        ``link`` before this one, each decayed over ``idle_s``. A chat's system prompt
-        starts them all, a retrieved document the few that ask about it."""
+        (None: nothing held, or nothing worth keeping); returns the share of recent new
+        contexts that started from ``link`` before this one, each decayed over
+        ``idle_s``. A chat's system prompt starts them all, a retrieved document the few
+        that ask about it."""
         now = self._clock()
         self._opened = self._decayed(self._opened, self._opened_at, now) + 1.0
         self._opened_at = now

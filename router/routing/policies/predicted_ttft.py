@@ -94,6 +94,11 @@ def _held(request: RoutingRequest, candidates: Sequence[Candidate]) -> tuple[int
     return held[-1], max(common, second)
 
 
+def _fleet_size(request: RoutingRequest, candidates: Sequence[Candidate]) -> int:
+    """The fleet's workers: a shortlist's request carries its fleet; else every candidate."""
+    return len(request.fleet) if request.fleet is not None else len(candidates)
+
+
 def _start_s(c: Candidate, cost: float) -> float:
     """Its cost as if nothing were cached, on the fleet's prefill line: for a cold context,
     the common prefix some workers hold must not decide, or a worker that has served
@@ -245,7 +250,7 @@ class PredictedTTFT:
         if not trunk or deepest > trunk or trunk >= len(chain):
             return []  # no trunk in common (another prompt under the same header), or not
             # a new branch of it
-        n = len(request.fleet) if request.fleet is not None else len(eligible)
+        n = _fleet_size(request, eligible)
         fresh = [c for c in eligible if c.id not in live]
         if len(live) < self.replicas.wanted(context, n):
             return fresh
@@ -263,14 +268,13 @@ class PredictedTTFT:
         4: 13 of the first 30 on one of 8 workers, which ended 1.4x the mean busy).
         A retrieved document starts the few contexts that ask about it, and they still
         consolidate on its holder."""
-        tip = request.key.chain[deepest - 1] if deepest > shared else None
-        share = self.replicas.opened(tip)
-        if tip is None:
-            return False
-        n = len(request.fleet) if request.fleet is not None else len(candidates)
         line = candidates[0].worker.cost.prefill
-        return share * n > 1.0 \
+        short = deepest > shared \
             and request.cached_tokens(deepest) < self.slack_s * (line.parent or line).rate
+        # every new context counts towards the share; only a short tip is kept (a long
+        # document's would churn the table on each new question and never qualify)
+        share = self.replicas.opened(request.key.chain[deepest - 1] if short else None)
+        return short and share * _fleet_size(request, candidates) > 1.0
 
     def _work_price(self, target: Candidate) -> float:
         """Seconds of waiting per second of prefill added to ``target``: the work delays
@@ -294,7 +298,7 @@ class PredictedTTFT:
         over the replicas' ``idle_s`` rather than on requests in flight). At low load
         every worker is under the in-flight bound, so new contexts followed the ring alone
         and its arcs set the balance: offline multiturn, max/mean busy 1.25-1.46."""
-        n = len(request.fleet) if request.fleet is not None else len(candidates)
+        n = _fleet_size(request, candidates)
         work = self.replicas.recent_work
         cap = (1 + self.epsilon) * (self.replicas.fleet_work() + owner.prefill_work) / n
         if work(owner.id) <= cap:
