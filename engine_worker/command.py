@@ -21,6 +21,8 @@ from pathlib import Path
 from engine_worker.config import WorkerConfig
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+# Asks Linux for AMX in each vLLM process on CPU; vLLM 0.32 dies of SIGILL without it.
+VLLM_CPU_SITE = Path(__file__).resolve().parent / "vllm_cpu_site"
 LMCACHE_TRANSFER_CONFIG = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
 
 
@@ -89,5 +91,6 @@ def build(config: WorkerConfig) -> VllmCommand:
         env["LMCACHE_TRACK_USAGE"] = "false"
     if config.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kvcache_space_gib)
+        env["PYTHONPATH"] = str(VLLM_CPU_SITE)
     env.update(config.env)
     return VllmCommand(argv=tuple(argv), env=env)

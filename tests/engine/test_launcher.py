@@ -86,7 +86,27 @@ def test_dry_run_cpu_device() -> None:
     assert "--gpu-memory-utilization" not in argv and "--kv-transfer-config" not in argv
     assert flag(argv, "--max-model-len") == "4096" and flag(argv, "--max-num-seqs") == "8"
     assert argv[-2:] == ["--dtype", "float32"]
-    assert env == {"PYTHONHASHSEED": "0", "VLLM_CPU_KVCACHE_SPACE": "2"}
+    assert env == {"PYTHONHASHSEED": "0", "VLLM_CPU_KVCACHE_SPACE": "2",
+                   "PYTHONPATH": str(REPO / "engine_worker" / "vllm_cpu_site")}
+
+
+def test_a_cpu_workers_python_may_use_amx_where_the_cpu_has_it() -> None:
+    """vLLM's CPU kernels use AMX without asking Linux; the worker's environment asks first.
+
+    ARCH_GET_XCOMP_PERM (0x1022) returns the features this process may use; AMX's tile data
+    is bit 18. Without the request a fresh process has it clear even on an AMX CPU.
+    """
+    env = build(WorkerConfig(model="/m", device="cpu")).env
+    probe = ("import ctypes; mask = ctypes.c_uint64(); "
+             "ctypes.CDLL(None).syscall(158, 0x1022, ctypes.byref(mask)); "
+             "print(mask.value >> 18 & 1)")
+    permitted = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **env},
+                               capture_output=True, text=True, timeout=60, check=True)
+    bare = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    has_amx = "amx_tile" in Path("/proc/cpuinfo").read_text().split()
+    assert permitted.stdout.strip() == ("1" if has_amx else "0")
+    assert bare.stdout.strip() == "0"
 
 
 def test_yaml_then_env_then_flags(tmp_path: Path) -> None:
