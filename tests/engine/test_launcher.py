@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import platform
 import shlex
 import signal
 import subprocess
@@ -90,6 +91,8 @@ def test_dry_run_cpu_device() -> None:
                    "PYTHONPATH": str(REPO / "engine_worker" / "vllm_cpu_site")}
 
 
+@pytest.mark.skipif(platform.machine() != "x86_64" or sys.platform != "linux",
+                    reason="AMX and arch_prctl's syscall number are x86-64 Linux's")
 def test_a_cpu_workers_python_may_use_amx_where_the_cpu_has_it() -> None:
     """vLLM's CPU kernels use AMX without asking Linux; the worker's environment asks first.
 
