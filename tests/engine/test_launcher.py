@@ -91,6 +91,12 @@ def test_dry_run_cpu_device() -> None:
                    "PYTHONPATH": str(REPO / "engine_worker" / "vllm_cpu_site")}
 
 
+def test_a_python_path_of_the_users_follows_the_cpu_site() -> None:
+    env = build(WorkerConfig(model="/m", device="cpu", env={"PYTHONPATH": "/plugins"})).env
+    assert env["PYTHONPATH"].split(os.pathsep) == [
+        str(REPO / "engine_worker" / "vllm_cpu_site"), "/plugins"]
+
+
 @pytest.mark.skipif(platform.machine() != "x86_64" or sys.platform != "linux",
                     reason="AMX and arch_prctl's syscall number are x86-64 Linux's")
 def test_a_cpu_workers_python_may_use_amx_where_the_cpu_has_it() -> None:
