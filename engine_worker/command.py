@@ -90,10 +90,9 @@ def build(config: WorkerConfig) -> VllmCommand:
     if config.lmcache_profile:
         env["LMCACHE_CONFIG_FILE"] = str(Path(config.lmcache_profile).resolve())
         env["LMCACHE_TRACK_USAGE"] = "false"
-    if config.device == "cpu":
-        env["VLLM_CPU_KVCACHE_SPACE"] = str(config.cpu_kvcache_space_gib)
     env.update(config.env)
-    if config.device == "cpu":  # ahead of a path of the user's (a vLLM plugin's, say)
+    if config.device == "cpu":  # the site goes ahead of a path of the user's (a plugin's)
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(config.cpu_kvcache_space_gib))
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, (str(VLLM_CPU_SITE), config.env.get("PYTHONPATH"))))
     return VllmCommand(argv=tuple(argv), env=env)
