@@ -425,20 +425,24 @@ def test_a_context_short_of_its_share_founds_a_replica_where_least_was_placed() 
     assert late.reason != "spread" and late.ranked[0].id in held
 
 
-def _persona_at_its_share(placed_on_w3: int) -> tuple[PredictedTTFT, list[Worker]]:
+def _persona_at_its_share(placed_on_w3: int, trunk: int = 10, workers: int = 4,
+                          late: dict[str, int] | None = None
+                          ) -> tuple[PredictedTTFT, list[Worker]]:
     """A persona with two sessions on w0 and one replica wanted (the other contexts carry
-    most of the traffic, on w0-w2, ``placed_on_w3`` on w3), its home busy."""
+    most of the traffic, on w0-w2, ``placed_on_w3`` on w3 and ``late`` elsewhere), its
+    home busy."""
     replicas = ReplicaSets(idle_s=30.0, clock=Clock())
     for session in (b"s1", b"s2"):
-        replicas.use("persona", "w0", branch("persona", 10, session).key.chain)
+        replicas.use("persona", "w0", branch("persona", trunk, session).key.chain)
     for i in range(39):
         replicas.use(f"doc{i}", f"w{i % 3}")
-    for i in range(placed_on_w3):
-        replicas.use(f"late{i}", "w3")
-    assert replicas.wanted("persona", 4) == 1
-    workers = pool(4)
-    workers[0].begin()
-    return PredictedTTFT(replicas=replicas), workers
+    for worker_id, count in {"w3": placed_on_w3, **(late or {})}.items():
+        for i in range(count):
+            replicas.use(f"late-{worker_id}-{i}", worker_id)
+    assert replicas.wanted("persona", workers) == 1
+    fleet = pool(workers)
+    fleet[0].begin()
+    return PredictedTTFT(replicas=replicas), fleet
 
 
 def test_a_new_branch_past_its_share_founds_a_replica_only_on_a_worker_placed_under_half(
@@ -453,6 +457,33 @@ def test_a_new_branch_past_its_share_founds_a_replica_only_on_a_worker_placed_un
     policy, workers = _persona_at_its_share(placed_on_w3=8)
     kept = policy.rank(req, annotate(workers, req, held, {}))
     assert kept.reason != "spread" and kept.ranked[0].id == "w0"
+
+
+def test_a_new_branch_founds_no_replica_behind_a_long_queue() -> None:
+    """w3 took no request lately but holds one long prompt in prefill (2 s of it): the
+    new session founds on w4, which took two, rather than wait behind it."""
+    req = branch("persona", 10, b"s3")
+    policy, workers = _persona_at_its_share(placed_on_w3=0, workers=5, late={"w4": 2})
+    founded = policy.rank(req, annotate(workers, req, {"w0": 640.0}, {"w3": 2 * RATE}))
+    assert founded.reason == "spread" and founded.ranked[0].id == "w4"
+
+
+def test_a_turn_whose_trunk_outgrows_one_prefill_step_keeps_its_home() -> None:
+    """A conversation's turns share its whole history: past one prefill step (8,192 tokens)
+    that trunk is not a prompt many sessions share, and copying it to balance the fleet
+    costs the turn more than waiting at home (live Mooncake: 4.35 s against 99 ms)."""
+    req = branch("chat", 200, b"turn3")  # 12,800 tokens of history
+    policy, workers = _persona_at_its_share(placed_on_w3=0, trunk=200)
+    policy.replicas.use("chat", "w0", branch("chat", 200, b"turn1").key.chain)
+    policy.replicas.use("chat", "w0", branch("chat", 200, b"turn2").key.chain)
+    kept = policy.rank(req, annotate(workers, req, {"w0": 64.0 * 200}, {}))
+    assert kept.reason != "spread" and kept.ranked[0].id == "w0"
+    short = branch("chat", 100, b"turn3")  # 6,400 tokens: one step copies it
+    policy, workers = _persona_at_its_share(placed_on_w3=0, trunk=100)
+    policy.replicas.use("chat", "w0", branch("chat", 100, b"turn1").key.chain)
+    policy.replicas.use("chat", "w0", branch("chat", 100, b"turn2").key.chain)
+    founded = policy.rank(short, annotate(workers, short, {"w0": 64.0 * 100}, {}))
+    assert founded.reason == "spread" and founded.ranked[0].id == "w3"
 
 
 def test_a_warm_worker_a_few_ms_slower_than_a_cold_owner_keeps_the_context() -> None:

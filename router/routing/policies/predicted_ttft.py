@@ -20,7 +20,9 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
   (a 12.7 s prediction is not known to 10 ms: live, predictions err by a few per cent,
   and a move for less is a coin toss on which two router replicas disagree);
 - a new branch of a busy context's trunk (replicas.py) founds a replica on the worker
-  placed least lately while the context has fewer replicas than its share (``spread``);
+  placed least lately, of those within ``slack_s`` of the soonest, while the context has
+  fewer replicas than its share (``spread``); a trunk past one prefill step
+  (``chunk_tokens``) is one conversation's history and founds none;
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
   home held more of the prompt, that makes a copy (``replicate``). A *hot* context
   (replicas.py), or one whose copy is small next to the other worker's KV cache (at most
@@ -202,7 +204,9 @@ class PredictedTTFT:
                 choice, reason = soonest, "cold"
         elif not warmer and (fresh := self._founds(request, live, stay, eligible, deepest)):
             recent = self.replicas.recent  # a new branch of a context short of its share
-            choice = min(fresh, key=lambda c: (recent(c.id), cost(c)))
+            soonest = min(map(cost, fresh)) + self.slack_s  # a long queue balances nothing
+            choice = min((c for c in fresh if cost(c) <= soonest),
+                         key=lambda c: (recent(c.id), cost(c)))
             return self._decided(request, candidates, eligible, choice, "spread")
         # a merely less busy one must beat the slack, or contexts would scatter
         best = min(eligible, key=cost)
@@ -240,9 +244,10 @@ class PredictedTTFT:
         fleet's recent requests fills, or a worker outside them took under half the recent
         requests of the least placed one (shares fill the fleet only on average: three
         personas' replicas overlap, and offline agentic seed 1 left two workers with 6
-        sessions each against 12-18 elsewhere, max/mean busy 1.24). A branch
-        starts where it balances the fleet and pays the trunk's prefill once; later steps
-        follow it there (agent sessions, a hot document's questions)."""
+        sessions each against 12-18 elsewhere, max/mean busy 1.24), and the trunk fits
+        one prefill step. A branch starts where it balances the fleet and pays the trunk's
+        prefill once; later steps follow it there (agent sessions, a hot document's
+        questions)."""
         if not live or stay.load <= 0:
             return []
         chain, context = request.key.chain, request.key.key
@@ -250,6 +255,10 @@ class PredictedTTFT:
         if not trunk or deepest > trunk or trunk >= len(chain):
             return []  # no trunk in common (another prompt under the same header), or not
             # a new branch of it
+        if request.cached_tokens(trunk) > self.chunk_tokens:
+            return []  # a trunk longer than one prefill step is a conversation's history,
+            # not a prompt many sessions share (live Mooncake: a 16 k-token turn founded a
+            # replica behind a 111 k-token prompt, 4.35 s against 99 ms at home)
         n = _fleet_size(request, eligible)
         fresh = [c for c in eligible if c.id not in live]
         if len(live) < self.replicas.wanted(context, n):
