@@ -428,11 +428,11 @@ def test_a_context_short_of_its_share_founds_a_replica_where_least_was_placed() 
 def _persona_at_its_share(placed_on_w3: int, trunk: int = 10, workers: int = 4,
                           late: dict[str, int] | None = None
                           ) -> tuple[PredictedTTFT, list[Worker]]:
-    """A persona with two sessions on w0 and one replica wanted (the other contexts carry
+    """A hot persona with three sessions on w0 and one replica wanted (the other contexts carry
     most of the traffic, on w0-w2, ``placed_on_w3`` on w3 and ``late`` elsewhere), its
     home busy."""
     replicas = ReplicaSets(idle_s=30.0, clock=Clock())
-    for session in (b"s1", b"s2"):
+    for session in (b"s0", b"s1", b"s2"):  # three within idle_s: hot
         replicas.use("persona", "w0", branch("persona", trunk, session).key.chain)
     for i in range(39):
         replicas.use(f"doc{i}", f"w{i % 3}")
@@ -472,17 +472,30 @@ def test_a_turn_whose_trunk_outgrows_one_prefill_step_keeps_its_home() -> None:
     """A conversation's turns share its whole history: past one prefill step (8,192 tokens)
     that trunk is not a prompt many sessions share, and copying it to balance the fleet
     costs the turn more than waiting at home (live Mooncake: 4.35 s against 99 ms)."""
-    req = branch("chat", 200, b"turn3")  # 12,800 tokens of history
-    policy, workers = _persona_at_its_share(placed_on_w3=0, trunk=200)
-    policy.replicas.use("chat", "w0", branch("chat", 200, b"turn1").key.chain)
-    policy.replicas.use("chat", "w0", branch("chat", 200, b"turn2").key.chain)
-    kept = policy.rank(req, annotate(workers, req, {"w0": 64.0 * 200}, {}))
+    for links, kept in ((200, True), (100, False)):  # 12,800 tokens of history; 6,400
+        policy, workers = _persona_at_its_share(placed_on_w3=0, trunk=links)
+        for turn in (b"turn0", b"turn1", b"turn2"):
+            policy.replicas.use("chat", "w0", branch("chat", links, turn).key.chain)
+        req = branch("chat", links, b"turn3")
+        decision = policy.rank(req, annotate(workers, req, {"w0": 64.0 * links}, {}))
+        if kept:
+            assert decision.reason != "spread" and decision.ranked[0].id == "w0"
+        else:  # one step copies it
+            assert decision.reason == "spread" and decision.ranked[0].id == "w3"
+
+
+def test_a_context_at_its_share_that_is_not_hot_keeps_its_home() -> None:
+    """Two requests of a context within half a minute are a conversation's turns or a
+    document's few questions, not a persona's sessions: at its share, its new branch stays
+    home even where another worker took fewer requests."""
+    policy, workers = _persona_at_its_share(placed_on_w3=0)
+    for question in (b"q1", b"q2"):
+        policy.replicas.use("doc", "w0", branch("doc", 10, question).key.chain)
+    req = branch("doc", 10, b"q3")
+    kept = policy.rank(req, annotate(workers, req, {"w0": 640.0}, {}))
     assert kept.reason != "spread" and kept.ranked[0].id == "w0"
-    short = branch("chat", 100, b"turn3")  # 6,400 tokens: one step copies it
-    policy, workers = _persona_at_its_share(placed_on_w3=0, trunk=100)
-    policy.replicas.use("chat", "w0", branch("chat", 100, b"turn1").key.chain)
-    policy.replicas.use("chat", "w0", branch("chat", 100, b"turn2").key.chain)
-    founded = policy.rank(short, annotate(workers, short, {"w0": 64.0 * 100}, {}))
+    req = branch("doc", 10, b"q4")  # q3 was the third within idle_s: hot now
+    founded = policy.rank(req, annotate(workers, req, {"w0": 640.0}, {}))
     assert founded.reason == "spread" and founded.ranked[0].id == "w3"
 
 

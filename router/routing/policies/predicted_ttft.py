@@ -21,8 +21,9 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
   and a move for less is a coin toss on which two router replicas disagree);
 - a new branch of a busy context's trunk (replicas.py) founds a replica on the worker
   placed least lately, of those within ``slack_s`` of the soonest, while the context has
-  fewer replicas than its share (``spread``); a trunk past one prefill step
-  (``chunk_tokens``) is one conversation's history and founds none;
+  fewer replicas than its share, or is hot and at its share while some worker took
+  under half the requests of its least placed replica (``spread``); a trunk past one
+  prefill step (``chunk_tokens``) is one conversation's history and founds none;
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
   home held more of the prompt, that makes a copy (``replicate``). A *hot* context
   (replicas.py), or one whose copy is small next to the other worker's KV cache (at most
@@ -241,8 +242,9 @@ class PredictedTTFT:
         context's trunk (no worker holds any of it past the trunk), home (``stay``) is busy
         (on an idle fleet a branch starts soonest at home, and balance buys nothing
         yet), and either the context has fewer live replicas than its share of the
-        fleet's recent requests fills, or a worker outside them took under half the recent
-        requests of the least placed one (shares fill the fleet only on average: three
+        fleet's recent requests fills, or the context is hot and a worker outside them took
+        under half the recent requests of the least placed one (shares fill the fleet only
+        on average: three
         personas' replicas overlap, and offline agentic seed 1 left two workers with 6
         sessions each against 12-18 elsewhere, max/mean busy 1.24), and the trunk fits
         one prefill step. A branch starts where it balances the fleet and pays the trunk's
@@ -263,6 +265,10 @@ class PredictedTTFT:
         fresh = [c for c in eligible if c.id not in live]
         if len(live) < self.replicas.wanted(context, n):
             return fresh
+        if not self.replicas.is_hot(context):
+            return []  # at its share and not hot: a conversation's turns, a document's
+            # few questions; a copy costs this request its trunk and balances little
+            # (live Mooncake: three such turns took 180-230 ms more than llm-d's)
         recent = self.replicas.recent
         least = min(recent(worker_id) for worker_id in live)
         return [c for c in fresh if 2 * recent(c.id) < least]
