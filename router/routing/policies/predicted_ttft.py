@@ -205,8 +205,8 @@ class PredictedTTFT:
                 choice, reason = soonest, "cold"
         elif not warmer and (fresh := self._founds(request, live, stay, eligible, deepest)):
             recent = self.replicas.recent  # a new branch of a context short of its share
-            soonest = min(map(cost, fresh)) + self.slack_s  # a long queue balances nothing
-            choice = min((c for c in fresh if cost(c) <= soonest),
+            within = min(map(cost, fresh)) + self.slack_s  # a long queue balances nothing
+            choice = min((c for c in fresh if cost(c) <= within),
                          key=lambda c: (recent(c.id), cost(c)))
             return self._decided(request, candidates, eligible, choice, "spread")
         # a merely less busy one must beat the slack, or contexts would scatter
@@ -244,12 +244,11 @@ class PredictedTTFT:
         yet), and either the context has fewer live replicas than its share of the
         fleet's recent requests fills, or the context is hot and a worker outside them took
         under half the recent requests of the least placed one (shares fill the fleet only
-        on average: three
-        personas' replicas overlap, and offline agentic seed 1 left two workers with 6
-        sessions each against 12-18 elsewhere, max/mean busy 1.24), and the trunk fits
-        one prefill step. A branch starts where it balances the fleet and pays the trunk's
-        prefill once; later steps follow it there (agent sessions, a hot document's
-        questions)."""
+        on average: three personas' replicas overlap, and offline agentic seed 1 left two
+        workers with 6 sessions each against 12-18 elsewhere, max/mean busy 1.24), and the
+        trunk fits one prefill step. A branch starts where it balances the fleet and pays
+        the trunk's prefill once; later steps follow it there (agent sessions, a hot
+        document's questions)."""
         if not live or stay.load <= 0:
             return []
         chain, context = request.key.chain, request.key.key
