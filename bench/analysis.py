@@ -2,8 +2,9 @@
 
 Client-side times are wall seconds divided by the time scale (simulated seconds, which
 include the router hop and this machine's CPU contention); the workers' histograms are
-the engine's own simulated latencies. Both are reported; the hit rate comes only from
-the workers' counters.
+the engine's own simulated latencies, and a simulator's request log gives each request's
+engine TTFT exactly, so a client's TTFT splits into the engine's and the hops'. All are
+reported; the hit rate comes only from the workers' counters.
 """
 
 from __future__ import annotations
@@ -52,10 +53,13 @@ def _ratio_max_mean(values: Sequence[float]) -> float | None:
 def summarize(records: Sequence[Record], *, time_scale: float, wall_s: float,
               worker_urls: Sequence[str], worker_ids: Sequence[str] | None,
               deltas: Sequence[Mapping[str, float]], router_cpu_s: float | None,
-              bounds: Mapping[str, Any] | None, meta: Mapping[str, Any]) -> dict[str, Any]:
+              bounds: Mapping[str, Any] | None, meta: Mapping[str, Any],
+              engine_ttfts: Mapping[str, float] | None = None) -> dict[str, Any]:
     ok = [r for r in records if r.status == "ok"]
     sim = 1000.0 / time_scale  # wall seconds -> simulated milliseconds
     ttft = [(r.first_token_s - r.sent_s) * sim for r in ok if r.first_token_s is not None]
+    engine = _join_engine_ttfts(ok, engine_ttfts or {})
+    hop = [(r.first_token_s - r.sent_s) * sim - r.engine_ttft_ms for r in engine]
     e2e = [(r.end_s - r.sent_s) * sim for r in ok]
     fleet = scrape.add(deltas)
     queries = fleet.get("vllm:prefix_cache_queries_total", 0.0)
@@ -91,6 +95,10 @@ def summarize(records: Sequence[Record], *, time_scale: float, wall_s: float,
         "duration_s": {"wall": wall_s, "simulated": sim_duration},
         "ttft_ms": pct(ttft), "e2e_ms": pct(e2e),
         "worker_ttft_ms": histogram_ms(fleet, TTFT), "worker_e2e_ms": histogram_ms(fleet, E2E),
+        # per request, exact: the engine's own TTFT, and what the client waited beyond it
+        # (client -> router -> engine and back, both ways of every hop)
+        "engine_ttft_ms": pct([r.engine_ttft_ms for r in engine]) if engine else None,
+        "hop_ms": pct(hop) if engine else None,
         "tokens": {"prompt": sum(r.prompt_tokens for r in ok),
                    "cached": sum(r.cached_tokens for r in ok),
                    "completion": sum(r.completion_tokens for r in ok)},
@@ -114,6 +122,18 @@ def summarize(records: Sequence[Record], *, time_scale: float, wall_s: float,
         "errors": sorted({r.error for r in records if r.error})[:10],
         "records": [r.as_dict() for r in records],
     }
+
+
+def _join_engine_ttfts(ok: Sequence[Record], engine_ttfts: Mapping[str, float]) -> list[Record]:
+    """Set each record's engine TTFT from the engines' own log, by response id; returns
+    the records that have one."""
+    joined = []
+    for r in ok:
+        ttft_s = engine_ttfts.get(r.response_id) if r.response_id else None
+        if ttft_s is not None and r.first_token_s is not None:
+            r.engine_ttft_ms = ttft_s * 1000.0
+            joined.append(r)
+    return joined
 
 
 def histogram_ms(snap: Mapping[str, float], name: str) -> dict[str, float | None]:

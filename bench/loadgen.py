@@ -36,6 +36,8 @@ class Record:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    response_id: str | None = None  # the engine's, to join its own per-request timings
+    engine_ttft_ms: float | None = None  # the engine's, simulated ms (a simulator's only)
     error: str = ""
 
     def as_dict(self) -> dict[str, object]:
@@ -74,6 +76,7 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, req: BenchR
                     return
                 if event.get("choices") and rec.first_token_s is None:
                     rec.first_token_s = time.perf_counter() - t0
+                    rec.response_id = event.get("id")
                 usage = event.get("usage")
                 if usage:
                     rec.prompt_tokens = usage.get("prompt_tokens", 0)

@@ -82,11 +82,12 @@ async def _measure(cfg: RunConfig, requests: list[BenchRequest], sut: SystemUnde
         cpu1 = fleet.cpu_seconds(router_pid) if router_pid else None
         await asyncio.sleep(0.2)  # let the engines finish their bookkeeping of the last step
         after = await scrape.scrape(session, worker_urls)
+        engine_ttfts = await scrape.engine_ttfts(session, worker_urls)
         ours = (await scrape.scrape(session, [sut.metrics_url]))[0] if sut.metrics_url else None
     deltas = [scrape.delta(b, a) for b, a in zip(before, after, strict=True)]
     result = analysis.summarize(records, time_scale=cfg.time_scale, wall_s=wall,
                                 worker_urls=worker_urls, worker_ids=sut.worker_ids,
-                                deltas=deltas,
+                                deltas=deltas, engine_ttfts=engine_ttfts,
                                 router_cpu_s=(cpu1 - cpu0) if cpu0 is not None else None,
                                 bounds=bound, meta=meta)
     if ours is not None:

@@ -39,6 +39,18 @@ async def scrape(session: aiohttp.ClientSession, urls: Sequence[str]) -> list[Sn
     return snaps
 
 
+async def engine_ttfts(session: aiohttp.ClientSession, urls: Sequence[str]) -> dict[str, float]:
+    """Response id -> the engine's own TTFT in simulated seconds, from each simulator's
+    ``GET /sim/requests``; an engine without it (vLLM) adds nothing."""
+    out: dict[str, float] = {}
+    for url in urls:
+        async with session.get(url + "/sim/requests") as resp:
+            if resp.status != 200:
+                continue
+            out.update((r["id"], r["ttft_s"]) for r in await resp.json())
+    return out
+
+
 def delta(before: Mapping[str, float], after: Mapping[str, float]) -> Snapshot:
     return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
 

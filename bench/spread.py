@@ -28,6 +28,11 @@ def load(name: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _engine(result: dict[str, Any]) -> dict[str, float | None]:
+    """The engines' own TTFT: exact per request from simulators, else vLLM's histogram."""
+    return result.get("engine_ttft_ms") or result["worker_ttft_ms"]
+
+
 def _fmt(values: list[float | None], spec: str, scale: float = 1.0) -> str:
     return " / ".join("–" if v is None else format(v * scale, spec) for v in values)
 
@@ -38,15 +43,16 @@ def table(names: list[str]) -> str:
     policies.sort(key=lambda p: (p != CANDIDATE, p))
     lines = [f"runs: {', '.join(names)} (each cell: run 1 / run 2 ...)", "",
              "| policy | hit rate % | % of fleet-LRU bound | TTFT p50 | TTFT p90 | TTFT p99 | "
-             "engine TTFT p50 | engine p90 | engine p99 | max/mean busy | max/mean req |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "engine TTFT p50 | engine p90 | engine p99 | hop p50 | max/mean busy | max/mean req |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in policies:
         rs = [r[p] for r in runs]
         lines.append("| " + " | ".join([
             p, _fmt([x["hit_rate"] for x in rs], ".1f", 100),
             _fmt([x["hit_rate"] / x["bounds"]["fleet_lru_hit_rate"] for x in rs], ".0f", 100),
             *(_fmt([x["ttft_ms"][q] for x in rs], ".0f") for q in ("p50", "p90", "p99")),
-            *(_fmt([x["worker_ttft_ms"][q] for x in rs], ".0f") for q in ("p50", "p90", "p99")),
+            *(_fmt([_engine(x)[q] for x in rs], ".0f") for q in ("p50", "p90", "p99")),
+            _fmt([(x.get("hop_ms") or {}).get("p50") for x in rs], ".1f"),
             _fmt([x["load"]["busy_max_over_mean"] for x in rs], ".2f"),
             _fmt([x["load"]["requests_max_over_mean"] for x in rs], ".2f")]) + " |")
     lines += ["", "Acceptance for `predicted_ttft`, run by run (ratio to the best other policy "
@@ -56,12 +62,13 @@ def table(names: list[str]) -> str:
             continue
         me, others = r[CANDIDATE], {p: x for p, x in r.items() if p != CANDIDATE}
         cells = []
-        for field in ("ttft_ms", "worker_ttft_ms"):
+        for engine in (False, True):
+            figures = _engine if engine else (lambda x: x["ttft_ms"])
             for q in ("p50", "p90", "p99"):
-                vals = {p: x[field][q] for p, x in others.items() if x[field][q] is not None}
+                vals = {p: figures(x)[q] for p, x in others.items() if figures(x)[q] is not None}
                 best = min(vals, key=vals.get)  # type: ignore[arg-type]
-                cells.append(f"{'engine ' if field != 'ttft_ms' else ''}{q} "
-                             f"{me[field][q] / vals[best]:.2f} (best other: {best})")
+                cells.append(f"{'engine ' if engine else ''}{q} "
+                             f"{figures(me)[q] / vals[best]:.2f} (best other: {best})")
         bound = me["bounds"]["fleet_lru_hit_rate"]
         cells.append(f"hit rate {me['hit_rate'] / bound:.0%} of the bound")
         busy = me["load"]["busy_max_over_mean"]

@@ -8,6 +8,7 @@ import logging
 import os
 import random
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,8 @@ from engine_worker.sim.responses_api import ResponsesApi
 from engine_worker.sim.tokenizer import HFTokenizer, SimTokenizer
 
 log = logging.getLogger("prefix_sim")
+
+REQUEST_LOG_SIZE = 200_000  # GET /sim/requests: about 10 MB of the latest requests
 
 
 @dataclass
@@ -55,6 +58,11 @@ class SimServer:
         self.draining = False
         self._idle = asyncio.Event()
         self._idle.set()
+        # (response id, TTFT s, prompt tokens, cached tokens) of the latest requests served:
+        # a load test joins them to its own records to split a client's TTFT into the
+        # engine's and the hops', per request (vLLM's TTFT histogram has 100-250 ms in
+        # one bucket)
+        self.served: deque[tuple[str, float, int, int]] = deque(maxlen=REQUEST_LOG_SIZE)
 
     def app(self) -> web.Application:
         middlewares = [api_key_middleware(self.api_key)] if self.api_key else []
@@ -69,6 +77,7 @@ class SimServer:
         app.router.add_get("/kv_event_sources", self.event_sources)
         app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.router.add_post("/v1/load_lora_adapter", self.load_lora_adapter)
+        app.router.add_get("/sim/requests", self.requests_served)
         ResponsesApi(self).add_routes(app)
         add_pooling_routes(app, self)
         MessagesApi(self).add_routes(app)
@@ -95,6 +104,13 @@ class SimServer:
     async def metrics(self, _: web.Request) -> web.Response:
         return web.Response(body=self.engine.metrics.render(),
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def requests_served(self, _: web.Request) -> web.Response:
+        """The simulator's own: each recent request's response id and engine-side TTFT
+        (simulated seconds, arrival at the engine to its first token), oldest first."""
+        return json_response([{"id": rid, "ttft_s": ttft, "prompt_tokens": prompt,
+                               "cached_tokens": cached}
+                              for rid, ttft, prompt, cached in self.served])
 
     async def models(self, _: web.Request) -> web.Response:
         created = int(time.time())
@@ -181,24 +197,28 @@ class SimServer:
                                         lora=self.lora(params.model))
         except ValueError as exc:
             return error_response(api.ApiError(400, str(exc)))
+        rid = api.new_id(chat)
         self.enter()
         try:
             if params.stream:
-                return await self._stream(request, params, handle, die)
+                return await self._stream(request, params, rid, handle, die)
             texts = ["" for _ in range(params.n)]
             async for ev in handle:
                 texts[ev.index] += ev.text
-            return json_response(api.full_response(params, api.new_id(chat), texts, handle.stats))
+            return json_response(api.full_response(params, rid, texts, handle.stats))
         finally:
             handle.abort()  # no-op when finished; frees blocks when the client left
             self.leave()
+            stats = handle.stats
+            if stats.ttft is not None:
+                self.served.append((rid, stats.ttft, stats.prompt_tokens, stats.cached_tokens))
 
-    async def _stream(self, request: web.Request, params: api.Params, handle: Any,
+    async def _stream(self, request: web.Request, params: api.Params, rid: str, handle: Any,
                       die: bool) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
-        rid, created = api.new_id(params.chat), int(time.time())
+        created = int(time.time())
         started: set[int] = set()
         async for ev in handle:
             first = ev.index not in started

@@ -52,6 +52,11 @@ def test_tiny_comparison(tmp_path: Path) -> None:
         # request's engine TTFT is not negative (the sim's clock catches up when it starts)
         assert fc["request_success"] == 36
         assert res["worker_ttft_ms"]["mean"] > 0 and res["worker_ttft_ms"]["p50"] > 0
+        # each request's engine TTFT, joined by response id: inside what the client waited
+        for r in res["records"]:
+            client_ms = (r["first_token_s"] - r["sent_s"]) * 1000 / 0.1
+            assert 0 < r["engine_ttft_ms"] <= client_ms, r
+        assert res["hop_ms"]["p50"] > 0 and res["engine_ttft_ms"]["p50"] > 0
         assert res["meta"]["regime"] == "larger than one worker, smaller than the fleet"
         # the router's own counters: the engines' cached tokens it read back from usage,
         # every one (a usage object split across two reads of a stream is read too)

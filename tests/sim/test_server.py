@@ -49,11 +49,12 @@ def metric(text: str, name: str) -> float:
 async def test_completions_streaming_metrics_and_errors(sim: str) -> None:
     async with aiohttp.ClientSession() as http:
         body = {"model": "sim-a", "prompt": DOC, "max_tokens": 5}
-        cached = []
+        cached, ids = [], []
         for _ in range(2):
             async with http.post(f"{sim}/v1/completions", json=body) as resp:
                 assert resp.status == 200
                 data = await resp.json()
+            ids.append(data["id"])
             assert data["usage"]["completion_tokens"] == 5
             assert data["usage"]["total_tokens"] == data["usage"]["prompt_tokens"] + 5
             cached.append(data["usage"]["prompt_tokens_details"]["cached_tokens"])
@@ -83,6 +84,16 @@ async def test_completions_streaming_metrics_and_errors(sim: str) -> None:
         strip = [[{**orjson.loads(p[6:]), "id": "", "created": 0} for p in s[:-1]] for s in streams]
         assert strip[0] == strip[1]          # deterministic text, byte for byte
         assert events[0]["id"] != orjson.loads(streams[1][0][6:])["id"]
+        # the simulator's request log: each request's engine TTFT under the id its client
+        # saw, the same TTFTs its histogram summed
+        ids += [orjson.loads(s[0][6:])["id"] for s in streams]
+        async with http.get(f"{sim}/sim/requests") as resp:
+            served = await resp.json()
+        assert [r["id"] for r in served] == ids
+        assert [r["cached_tokens"] for r in served[:2]] == cached
+        assert {r["prompt_tokens"] for r in served} == {prompt_tokens}
+        assert sum(r["ttft_s"] for r in served[:2]) == pytest.approx(
+            metric(text, "vllm:time_to_first_token_seconds_sum"))
 
         chat = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3,
                 "stream": True, "n": 2}
