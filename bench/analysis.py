@@ -3,8 +3,9 @@
 Client-side times are wall seconds divided by the time scale (simulated seconds, which
 include the router hop and this machine's CPU contention); the workers' histograms are
 the engine's own simulated latencies, and a simulator's request log gives each request's
-engine TTFT exactly, so a client's TTFT splits into the engine's and the hops'. All are
-reported; the hit rate comes only from the workers' counters.
+engine TTFT exactly, and its server's, so a client's TTFT splits into the engine's, the
+engine server's own time beyond it and the hops outside the engine. All are reported;
+the hit rate comes only from the workers' counters.
 """
 
 from __future__ import annotations
@@ -54,12 +55,15 @@ def summarize(records: Sequence[Record], *, time_scale: float, wall_s: float,
               worker_urls: Sequence[str], worker_ids: Sequence[str] | None,
               deltas: Sequence[Mapping[str, float]], router_cpu_s: float | None,
               bounds: Mapping[str, Any] | None, meta: Mapping[str, Any],
-              engine_ttfts: Mapping[str, float] | None = None) -> dict[str, Any]:
+              engine_ttfts: Mapping[str, tuple[float, float | None]] | None = None
+              ) -> dict[str, Any]:
     ok = [r for r in records if r.status == "ok"]
     sim = 1000.0 / time_scale  # wall seconds -> simulated milliseconds
     ttft = [(r.first_token_s - r.sent_s) * sim for r in ok if r.first_token_s is not None]
     engine = _join_engine_ttfts(ok, engine_ttfts or {})
-    hop = [(r.first_token_s - r.sent_s) * sim - r.engine_ttft_ms for r in engine]
+    served = [r for r in engine if r.server_ttft_ms is not None]
+    hop = [(r.first_token_s - r.sent_s) * sim - r.server_ttft_ms for r in served]
+    lag = [r.server_ttft_ms - r.engine_ttft_ms for r in served]
     e2e = [(r.end_s - r.sent_s) * sim for r in ok]
     fleet = scrape.add(deltas)
     queries = fleet.get("vllm:prefix_cache_queries_total", 0.0)
@@ -95,10 +99,13 @@ def summarize(records: Sequence[Record], *, time_scale: float, wall_s: float,
         "duration_s": {"wall": wall_s, "simulated": sim_duration},
         "ttft_ms": pct(ttft), "e2e_ms": pct(e2e),
         "worker_ttft_ms": histogram_ms(fleet, TTFT), "worker_e2e_ms": histogram_ms(fleet, E2E),
-        # per request, exact: the engine's own TTFT, and what the client waited beyond it
-        # (client -> router -> engine and back, both ways of every hop)
+        # per request, exact: the engine's own TTFT; its server's time beyond it (parsing,
+        # tokenizing, its event loop's lag behind the model on a shared CPU); and what
+        # the client waited beyond the engine server (load generator -> router ->
+        # engine and back)
         "engine_ttft_ms": pct([r.engine_ttft_ms for r in engine]) if engine else None,
-        "hop_ms": pct(hop) if engine else None,
+        "engine_server_ms": pct(lag) if served else None,
+        "hop_ms": pct(hop) if served else None,
         "tokens": {"prompt": sum(r.prompt_tokens for r in ok),
                    "cached": sum(r.cached_tokens for r in ok),
                    "completion": sum(r.completion_tokens for r in ok)},
@@ -124,14 +131,16 @@ def summarize(records: Sequence[Record], *, time_scale: float, wall_s: float,
     }
 
 
-def _join_engine_ttfts(ok: Sequence[Record], engine_ttfts: Mapping[str, float]) -> list[Record]:
-    """Set each record's engine TTFT from the engines' own log, by response id; returns
-    the records that have one."""
+def _join_engine_ttfts(ok: Sequence[Record],
+                       engine_ttfts: Mapping[str, tuple[float, float | None]]) -> list[Record]:
+    """Set each record's engine and engine server TTFT from the engines' own log, by
+    response id; returns the records that have one."""
     joined = []
     for r in ok:
-        ttft_s = engine_ttfts.get(r.response_id) if r.response_id else None
-        if ttft_s is not None and r.first_token_s is not None:
-            r.engine_ttft_ms = ttft_s * 1000.0
+        ttfts = engine_ttfts.get(r.response_id) if r.response_id else None
+        if ttfts is not None and r.first_token_s is not None:
+            r.engine_ttft_ms = ttfts[0] * 1000.0
+            r.server_ttft_ms = None if ttfts[1] is None else ttfts[1] * 1000.0
             joined.append(r)
     return joined
 

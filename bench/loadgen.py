@@ -38,6 +38,7 @@ class Record:
     completion_tokens: int = 0
     response_id: str | None = None  # the engine's, to join its own per-request timings
     engine_ttft_ms: float | None = None  # the engine's, simulated ms (a simulator's only)
+    server_ttft_ms: float | None = None  # its HTTP server's: receipt to first token out
     error: str = ""
 
     def as_dict(self) -> dict[str, object]:

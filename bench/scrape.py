@@ -39,15 +39,17 @@ async def scrape(session: aiohttp.ClientSession, urls: Sequence[str]) -> list[Sn
     return snaps
 
 
-async def engine_ttfts(session: aiohttp.ClientSession, urls: Sequence[str]) -> dict[str, float]:
-    """Response id -> the engine's own TTFT in simulated seconds, from each simulator's
-    ``GET /sim/requests``; an engine without it (vLLM) adds nothing."""
-    out: dict[str, float] = {}
+async def engine_ttfts(session: aiohttp.ClientSession, urls: Sequence[str]
+                       ) -> dict[str, tuple[float, float | None]]:
+    """Response id -> (the engine's TTFT, its server's) in simulated seconds, from each
+    simulator's ``GET /sim/requests``; an engine without it (vLLM) adds nothing."""
+    out: dict[str, tuple[float, float | None]] = {}
     for url in urls:
         async with session.get(url + "/sim/requests") as resp:
             if resp.status != 200:
                 continue
-            out.update((r["id"], r["ttft_s"]) for r in await resp.json())
+            out.update((r["id"], (r["ttft_s"], r.get("server_ttft_s")))
+                       for r in await resp.json())
     return out
 
 

@@ -43,8 +43,9 @@ def table(names: list[str]) -> str:
     policies.sort(key=lambda p: (p != CANDIDATE, p))
     lines = [f"runs: {', '.join(names)} (each cell: run 1 / run 2 ...)", "",
              "| policy | hit rate % | % of fleet-LRU bound | TTFT p50 | TTFT p90 | TTFT p99 | "
-             "engine TTFT p50 | engine p90 | engine p99 | hop p50 | max/mean busy | max/mean req |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "engine TTFT p50 | engine p90 | engine p99 | engine server p50 | hop p50 | "
+             "max/mean busy | max/mean req |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in policies:
         rs = [r[p] for r in runs]
         lines.append("| " + " | ".join([
@@ -52,6 +53,7 @@ def table(names: list[str]) -> str:
             _fmt([x["hit_rate"] / x["bounds"]["fleet_lru_hit_rate"] for x in rs], ".0f", 100),
             *(_fmt([x["ttft_ms"][q] for x in rs], ".0f") for q in ("p50", "p90", "p99")),
             *(_fmt([_engine(x)[q] for x in rs], ".0f") for q in ("p50", "p90", "p99")),
+            _fmt([(x.get("engine_server_ms") or {}).get("p50") for x in rs], ".1f"),
             _fmt([(x.get("hop_ms") or {}).get("p50") for x in rs], ".1f"),
             _fmt([x["load"]["busy_max_over_mean"] for x in rs], ".2f"),
             _fmt([x["load"]["requests_max_over_mean"] for x in rs], ".2f")]) + " |")

@@ -9,6 +9,7 @@ import os
 import random
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +22,7 @@ from engine_worker.sim.engine import Engine
 from engine_worker.sim.http import error_response, json_response, send_json
 from engine_worker.sim.messages_api import MessagesApi
 from engine_worker.sim.pooling_api import add_pooling_routes
+from engine_worker.sim.request import RequestStats, TokenEvent
 from engine_worker.sim.responses_api import ResponsesApi
 from engine_worker.sim.tokenizer import HFTokenizer, SimTokenizer
 
@@ -58,11 +60,12 @@ class SimServer:
         self.draining = False
         self._idle = asyncio.Event()
         self._idle.set()
-        # (response id, TTFT s, prompt tokens, cached tokens) of the latest requests served:
-        # a load test joins them to its own records to split a client's TTFT into the
-        # engine's and the hops', per request (vLLM's TTFT histogram has 100-250 ms in
-        # one bucket)
-        self.served: deque[tuple[str, float, int, int]] = deque(maxlen=REQUEST_LOG_SIZE)
+        # (response id, engine TTFT, server TTFT, prompt tokens, cached tokens) of the latest
+        # requests served: a load test joins them to its own records to split a client's
+        # TTFT into the engine's, this server's and the hops outside it, per request
+        # (vLLM's TTFT histogram has 100-250 ms in one bucket)
+        self.served: deque[tuple[str, float, float | None, int, int]] = \
+            deque(maxlen=REQUEST_LOG_SIZE)
 
     def app(self) -> web.Application:
         middlewares = [api_key_middleware(self.api_key)] if self.api_key else []
@@ -106,11 +109,14 @@ class SimServer:
                             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def requests_served(self, _: web.Request) -> web.Response:
-        """The simulator's own: each recent request's response id and engine-side TTFT
-        (simulated seconds, arrival at the engine to its first token), oldest first."""
-        return json_response([{"id": rid, "ttft_s": ttft, "prompt_tokens": prompt,
-                               "cached_tokens": cached}
-                              for rid, ttft, prompt, cached in self.served])
+        """The simulator's own: each recent request's response id, its engine TTFT (the
+        model's: arrival at the engine to its first token) and its server TTFT (this
+        process's clock: receipt of the request to its first token leaving the engine,
+        so parsing, tokenizing and the event loop's lag behind the model under CPU
+        contention too), in simulated seconds, oldest first."""
+        return json_response([{"id": rid, "ttft_s": ttft, "server_ttft_s": server,
+                               "prompt_tokens": prompt, "cached_tokens": cached}
+                              for rid, ttft, server, prompt, cached in self.served])
 
     async def models(self, _: web.Request) -> web.Response:
         created = int(time.time())
@@ -170,6 +176,7 @@ class SimServer:
         return await self._generate(request, chat=True)
 
     async def _generate(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        received = self.engine.clock.now()
         if self.draining:
             return error_response(api.ApiError(503, "server is draining",
                                                "ServiceUnavailableError"))
@@ -197,13 +204,14 @@ class SimServer:
                                         lora=self.lora(params.model))
         except ValueError as exc:
             return error_response(api.ApiError(400, str(exc)))
-        rid = api.new_id(chat)
+        rid, first_out = api.new_id(chat), []
+        events = self._stamped(handle, first_out)
         self.enter()
         try:
             if params.stream:
-                return await self._stream(request, params, rid, handle, die)
+                return await self._stream(request, params, rid, events, handle.stats, die)
             texts = ["" for _ in range(params.n)]
-            async for ev in handle:
+            async for ev in events:
                 texts[ev.index] += ev.text
             return json_response(api.full_response(params, rid, texts, handle.stats))
         finally:
@@ -211,16 +219,26 @@ class SimServer:
             self.leave()
             stats = handle.stats
             if stats.ttft is not None:
-                self.served.append((rid, stats.ttft, stats.prompt_tokens, stats.cached_tokens))
+                server = first_out[0] - received if first_out else None
+                self.served.append((rid, stats.ttft, server, stats.prompt_tokens,
+                                    stats.cached_tokens))
 
-    async def _stream(self, request: web.Request, params: api.Params, rid: str, handle: Any,
+    async def _stamped(self, handle: Any, first_out: list[float]) -> AsyncIterator[TokenEvent]:
+        """The handle's events; the clock when the first one reached this server."""
+        async for ev in handle:
+            if not first_out:
+                first_out.append(self.engine.clock.now())
+            yield ev
+
+    async def _stream(self, request: web.Request, params: api.Params, rid: str,
+                      events: AsyncIterator[TokenEvent], stats: RequestStats,
                       die: bool) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
         created = int(time.time())
         started: set[int] = set()
-        async for ev in handle:
+        async for ev in events:
             first = ev.index not in started
             started.add(ev.index)
             if params.chat and first:
@@ -232,7 +250,7 @@ class SimServer:
                 await send_json(resp, api.chunk(params, rid, created, ev.index,
                                             None if params.chat else "", ev.finish_reason))
         if params.include_usage:
-            await send_json(resp, api.usage_chunk(params, rid, created, handle.stats))
+            await send_json(resp, api.usage_chunk(params, rid, created, stats))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
         return resp

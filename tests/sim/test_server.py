@@ -94,6 +94,7 @@ async def test_completions_streaming_metrics_and_errors(sim: str) -> None:
         assert {r["prompt_tokens"] for r in served} == {prompt_tokens}
         assert sum(r["ttft_s"] for r in served[:2]) == pytest.approx(
             metric(text, "vllm:time_to_first_token_seconds_sum"))
+        assert all(r["server_ttft_s"] > 0 for r in served)
 
         chat = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 3,
                 "stream": True, "n": 2}
