@@ -16,7 +16,10 @@ class Clock(Protocol):
     def now(self) -> float:
         """Simulated seconds since the clock started."""
 
-    async def sleep(self, sim_seconds: float) -> None: ...
+    async def sleep_until(self, sim_time: float) -> None:
+        """Until the clock reads ``sim_time``: at once when it is already past it, so an
+        engine whose loop was late (a busy CPU) catches up with its model instead of
+        carrying the delay into every later step."""
 
 
 class ScaledClock:
@@ -31,8 +34,8 @@ class ScaledClock:
             return 0.0
         return (time.monotonic() - self._t0) / self.time_scale
 
-    async def sleep(self, sim_seconds: float) -> None:
-        await asyncio.sleep(max(0.0, sim_seconds * self.time_scale))
+    async def sleep_until(self, sim_time: float) -> None:
+        await asyncio.sleep(max(0.0, (sim_time - self.now()) * self.time_scale))
 
 
 class VirtualClock:
@@ -45,6 +48,6 @@ class VirtualClock:
     def advance(self, sim_seconds: float) -> None:
         self._now += max(0.0, sim_seconds)
 
-    async def sleep(self, sim_seconds: float) -> None:
-        self.advance(sim_seconds)
+    async def sleep_until(self, sim_time: float) -> None:
+        self.advance(sim_time - self._now)
         await asyncio.sleep(0)

@@ -114,3 +114,29 @@ async def test_a_request_arriving_mid_step_is_stamped_when_it_arrived() -> None:
     assert first.stats.arrival == 0.0
     assert second.stats.arrival == arrived > 0.0  # not the step's start
     assert second.stats.first_token > arrived
+
+
+async def test_a_late_loop_catches_up_with_the_model() -> None:
+    """An engine whose loop wakes late (a busy CPU) runs its next steps at once until it
+    is back on its model's clock; the model's times do not change. Sleeping a whole step
+    from each late wake-up kept the simulated engines behind their model for as long as
+    they stayed busy."""
+    async def run(stall_s: float) -> tuple[float, float, float]:
+        clock = VirtualClock()
+        engine = Engine("llama-3-8b@h100-80gb", EngineConfig(hash_seed="0"), clock)
+        handle = engine.submit(list(range(1, 2001)), max_tokens=40)
+        events = aiter(handle)
+        await anext(events)  # the first token
+        clock.advance(stall_s)  # the host kept the loop from running for stall_s
+        async for _ in events:
+            pass
+        await engine.stop()
+        return handle.stats.ttft, handle.stats.e2e, clock.now()
+
+    ttft, e2e, end = await run(0.0)
+    assert e2e > ttft > 0 and end == e2e
+    stalled = await run(1.0)
+    assert stalled[:2] == (ttft, e2e)  # the model's figures
+    # the steps left ran while the clock stood past their ends: the engine is back on
+    # its model once the stall is over, not 1 s behind it for the rest of the request
+    assert ttft + 1.0 <= stalled[2] < e2e + 1.0
