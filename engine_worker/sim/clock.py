@@ -1,8 +1,8 @@
 """Clocks: how simulated seconds map onto real time.
 
-``ScaledClock`` sleeps for real (``sim_seconds x time_scale``), for servers under load
-tests. ``VirtualClock`` does not sleep at all: simulated time jumps forward, for benches
-and tests that only need the model's numbers.
+``ScaledClock`` sleeps for real (simulated seconds x ``time_scale``), for servers under
+load tests. ``VirtualClock`` does not sleep at all: simulated time jumps forward, for
+benches and tests that only need the model's numbers; one is one engine's clock.
 """
 
 from __future__ import annotations

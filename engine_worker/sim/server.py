@@ -28,7 +28,7 @@ from engine_worker.sim.tokenizer import HFTokenizer, SimTokenizer
 
 log = logging.getLogger("prefix_sim")
 
-REQUEST_LOG_SIZE = 200_000  # GET /sim/requests: about 10 MB of the latest requests
+REQUEST_LOG_SIZE = 200_000  # GET /sim/requests: the latest requests, ~40 MB at most
 
 
 @dataclass
