@@ -131,6 +131,12 @@ def summarize(records: Sequence[Record], *, time_scale: float, wall_s: float,
     }
 
 
+def engine_ttft(result: Mapping[str, Any]) -> dict[str, float | None]:
+    """A result's engine TTFT percentiles: exact per request from simulators, else vLLM's
+    histogram (bucketed)."""
+    return result.get("engine_ttft_ms") or result["worker_ttft_ms"]
+
+
 def _join_engine_ttfts(ok: Sequence[Record],
                        engine_ttfts: Mapping[str, tuple[float, float | None]]) -> list[Record]:
     """Set each record's engine and engine server TTFT from the engines' own log, by

@@ -16,6 +16,7 @@ import orjson
 
 from bench import gateway as envoy_gateway
 from bench import plots
+from bench.analysis import engine_ttft
 from bench.cli import run_config
 from bench.runner import log, run
 
@@ -45,8 +46,7 @@ def _f(x: float | None, fmt: str) -> str:
 
 def row(res: dict[str, Any], rr: dict[str, Any] | None) -> list[str]:
     t, b = res["ttft_ms"], res.get("bounds") or {}
-    # a simulator's exact per-request figures; vLLM's histogram otherwise (bucketed)
-    e = res.get("engine_ttft_ms") or res["worker_ttft_ms"]
+    e = engine_ttft(res)
     lag, hop = res.get("engine_server_ms") or {}, res.get("hop_ms") or {}
     vs = "–"
     if rr and rr["ttft_ms"]["p50"] and t["p50"]:

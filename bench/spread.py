@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from bench.analysis import engine_ttft
+
 RESULTS = Path(__file__).resolve().parent / "results"
 CANDIDATE = "predicted_ttft"
 
@@ -26,11 +28,6 @@ def load(name: str) -> dict[str, dict[str, Any]]:
             continue
         out[policy] = orjson.loads(path.read_bytes())
     return out
-
-
-def _engine(result: dict[str, Any]) -> dict[str, float | None]:
-    """The engines' own TTFT: exact per request from simulators, else vLLM's histogram."""
-    return result.get("engine_ttft_ms") or result["worker_ttft_ms"]
 
 
 def _fmt(values: list[float | None], spec: str, scale: float = 1.0) -> str:
@@ -52,7 +49,7 @@ def table(names: list[str]) -> str:
             p, _fmt([x["hit_rate"] for x in rs], ".1f", 100),
             _fmt([x["hit_rate"] / x["bounds"]["fleet_lru_hit_rate"] for x in rs], ".0f", 100),
             *(_fmt([x["ttft_ms"][q] for x in rs], ".0f") for q in ("p50", "p90", "p99")),
-            *(_fmt([_engine(x)[q] for x in rs], ".0f") for q in ("p50", "p90", "p99")),
+            *(_fmt([engine_ttft(x)[q] for x in rs], ".0f") for q in ("p50", "p90", "p99")),
             _fmt([(x.get("engine_server_ms") or {}).get("p50") for x in rs], ".1f"),
             _fmt([(x.get("hop_ms") or {}).get("p50") for x in rs], ".1f"),
             _fmt([x["load"]["busy_max_over_mean"] for x in rs], ".2f"),
@@ -65,7 +62,7 @@ def table(names: list[str]) -> str:
         me, others = r[CANDIDATE], {p: x for p, x in r.items() if p != CANDIDATE}
         cells = []
         for engine in (False, True):
-            figures = _engine if engine else (lambda x: x["ttft_ms"])
+            figures = engine_ttft if engine else (lambda x: x["ttft_ms"])
             for q in ("p50", "p90", "p99"):
                 vals = {p: figures(x)[q] for p, x in others.items() if figures(x)[q] is not None}
                 best = min(vals, key=vals.get)  # type: ignore[arg-type]

@@ -9,6 +9,7 @@ longer than 6 characters is split into 4-character pieces so English text comes 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from typing import Protocol
@@ -27,28 +28,24 @@ class SimTokenizer:
                  cache_size: int = 1 << 20) -> None:
         self.vocab_size = vocab_size
         self.max_piece = max_piece
-        self.cache_size = cache_size  # distinct pieces remembered: ~100 MB at most
-        # piece -> id: a prompt's words repeat across requests, and hashing each anew cost
-        # ~18 ms per 6.6 k-token RAG prompt, paid before the engine saw it (a Rust BPE
-        # tokenizer takes a few); cleared when full, so memory stays bounded
-        self._ids: dict[str, int] = {}
+        # piece -> id, the latest ``cache_size`` distinct pieces (~100 MB at most): a
+        # prompt's words repeat across requests, and hashing each anew cost ~18 ms per
+        # 6.6 k-token RAG prompt, paid before the engine saw it (a Rust BPE tokenizer
+        # takes a few)
+        self.piece_id = functools.lru_cache(maxsize=cache_size)(self._hash)
 
-    def _id(self, piece: str) -> int:
+    def _hash(self, piece: str) -> int:
         digest = hashlib.blake2b(piece.encode(), digest_size=8).digest()
-        token = 1 + int.from_bytes(digest, "big") % (self.vocab_size - 1)
-        if len(self._ids) >= self.cache_size:
-            self._ids.clear()
-        self._ids[piece] = token
-        return token
+        return 1 + int.from_bytes(digest, "big") % (self.vocab_size - 1)
 
     def encode(self, text: str) -> list[int]:
-        known, new, longest = self._ids.get, self._id, self.max_piece
+        piece_id, longest = self.piece_id, self.max_piece
         ids = []
         for piece in _PIECE.findall(text):
-            for part in (piece,) if len(piece) <= longest else \
-                    (piece[i:i + 4] for i in range(0, len(piece), 4)):
-                token = known(part)
-                ids.append(new(part) if token is None else token)
+            if len(piece) <= longest:
+                ids.append(piece_id(piece))
+            else:
+                ids.extend(piece_id(piece[i:i + 4]) for i in range(0, len(piece), 4))
         return ids
 
 

@@ -25,5 +25,5 @@ def test_remembered_ids_equal_fresh_ones_and_the_memory_stays_bounded() -> None:
     first = fresh.encode(text)
     assert fresh.encode(text) == first  # now from memory
     assert small.encode(text) == first and small.encode(text) == first
-    assert len(small._ids) <= 5
+    assert small.piece_id.cache_info().currsize <= 5
     assert first[:3] == [_id("w0"), _id(" Z0"), _id(".")]
