@@ -84,7 +84,8 @@ class RouterConfig:
                              "a conversation on its worker at low concurrency)", *_NON_NEGATIVE)
     slack_s: float = _opt(0.05, "predicted_ttft: a context leaves its home only for a worker "
                           "predicted faster by this many seconds ...", *_NON_NEGATIVE)
-    slack_ratio: float = _opt(0.25, "predicted_ttft: ... plus this share of its predicted TTFT",
+    slack_ratio: float = _opt(0.25, "predicted_ttft: ... plus this share of its predicted TTFT "
+                              "(less for a move off a warm prefix under half the prompt)",
                               *_NON_NEGATIVE)
     cold_slack_s: float = _opt(0.01, "predicted_ttft: a context no worker holds starts on its "
                                "ring owner unless another starts it this much sooner",

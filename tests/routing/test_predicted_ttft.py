@@ -248,6 +248,27 @@ def test_a_small_context_that_is_not_hot_leaves_a_queued_home() -> None:
     assert stay.ranked[0].id == home
 
 
+def test_a_long_prompt_mostly_cold_leaves_a_warm_prefix_for_a_smaller_edge() -> None:
+    """A 14 k-token RAG prompt whose leading document (2.5 k) is warm at home: the move
+    gives up 18 % of the prompt, so the ratio slack shrinks to 36 % of itself, and 0.3 s of
+    queue at home is left for a cold worker (0.70 s there against 1.0 s at home). A prompt
+    half warm keeps the whole slack and stays behind the same edge's share of its TTFT."""
+    workers = pool(4, capacity_blocks=100_000)  # the 2.5 k copy is small: no eviction price
+    policy = PredictedTTFT()
+    req = request("retrieved-set", tokens=14_000)
+    home = policy.rank(req, annotate(workers, req, {}, {})).ranked[0].id
+    moved = policy.rank(req, annotate(workers, req, {home: 2500}, {home: 8500}))
+    assert moved.ranked[0].id != home and moved.reason == "replicate"
+    # the whole ratio would have asked for 0.70 x 1.25 + 0.05 + 0.125 = 1.05 s at home
+    half = PredictedTTFT()
+    short = request("half-warm", tokens=5000)
+    home = half.rank(short, annotate(workers, short, {}, {})).ranked[0].id
+    # 0.45 s at home against 0.25 s cold: past the slack with no ratio (0.425 s), within it
+    # with the whole ratio (0.4875 s)
+    kept = half.rank(short, annotate(workers, short, {home: 2500}, {home: 6500}))
+    assert kept.ranked[0].id == home
+
+
 def test_a_copy_is_priced_by_the_queue_of_the_worker_that_makes_it() -> None:
     """The copy's extra prefill delays those waiting behind it on the worker that computes
     it: an idle worker copies a hot document off a queued home even while the rest of the
