@@ -250,9 +250,9 @@ def test_a_small_context_that_is_not_hot_leaves_a_queued_home() -> None:
 
 def test_a_long_prompt_mostly_cold_leaves_a_warm_prefix_for_a_smaller_edge() -> None:
     """A 14 k-token RAG prompt whose leading document (2.5 k) is warm at home: the move
-    gives up 18 % of the prompt, so the ratio slack shrinks to 36 % of itself, and 0.3 s of
-    queue at home is left for a cold worker (0.70 s there against 1.0 s at home). A prompt
-    half warm keeps the whole slack and stays behind the same edge's share of its TTFT."""
+    gives up 18 % of the prompt, so the ratio slack shrinks to 36 % of itself, and a cold
+    worker 0.3 s sooner takes it (0.70 s there against 1.0 s at home). A prompt half warm
+    keeps the whole slack and stays behind an edge the smaller slack would not hold."""
     workers = pool(4, capacity_blocks=100_000)  # the 2.5 k copy is small: no eviction price
     policy = PredictedTTFT()
     req = request("retrieved-set", tokens=14_000)

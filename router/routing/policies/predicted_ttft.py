@@ -139,9 +139,9 @@ def _extra_prefill_s(moved: Candidate, kept: Candidate) -> float:
     return extra / moved.worker.cost.prefill.rate if extra > 0 else 0.0
 
 
-def _given_up_share(request: RoutingRequest, kept: Candidate, moved: Candidate) -> float:
+def _ratio_weight(request: RoutingRequest, kept: Candidate, moved: Candidate) -> float:
     """How much of the ratio slack guards a move off a warmer worker: twice the share of
-    the prompt the move gives up, at most all of it. The slack covers the predictions'
+    the prompt the move gives up, at most all of the slack. The slack covers the predictions'
     error for the sake of the context's place, and a move gives up only the prefix the
     warmer worker holds: the rest is computed on either worker and leaves the prompt's
     newer blocks wherever it runs. A prefix that is most of the prompt (a conversation's
@@ -231,7 +231,7 @@ class PredictedTTFT:
         if copies and not self.replicas.is_hot(context) and not self._small_copy(choice, best):
             price += self.evict_cost  # what the copy evicts there is recomputed when its
             # contexts return: a long history moves only off a queue longer than that
-        ratio = self.slack_ratio * _given_up_share(request, choice, best) if copies \
+        ratio = self.slack_ratio * _ratio_weight(request, choice, best) if copies \
             else self.slack_ratio
         if cost(best) * (1 + ratio) + self.slack_s \
                 + price * _extra_prefill_s(best, choice) < cost(choice):
