@@ -1,3 +1,4 @@
+#!/bin/bash
 # every workload twice, all eight policies, each in a loopback-only network namespace
 # (Dynamo binds *): the commands behind bench/README.md "Predicted TTFT against every peer".
 # One comparison at a time by default (~170 minutes here), as the README's commands run:
