@@ -35,6 +35,8 @@ class _Context:
     at: float = 0.0
     trunk: tuple[bytes, ...] = ()  # a recent request's chain; its first ``depth`` links
     depth: int = 0  # are shared by every request of the context seen since
+    branches: float = 0.0  # new branches of the trunk, each decayed over idle_s, as of
+    branched_at: float = 0.0
 
 
 def _shared(a: tuple[bytes, ...], b: tuple[bytes, ...], upto: int) -> int:
@@ -60,6 +62,7 @@ class ReplicaSets:
         self._contexts: OrderedDict[str, _Context] = OrderedDict()
         self._total, self._total_at = 0.0, 0.0  # every context's demand, alike
         self._placed: dict[str, tuple[float, float]] = {}  # worker id -> demand, at
+        self._placed_total, self._placed_at = 0.0, 0.0
         self._work: dict[str, tuple[float, float]] = {}  # worker id -> prefill work, at
         self._work_total, self._work_at = 0.0, 0.0
         self._openers: OrderedDict[bytes, tuple[float, float]] = OrderedDict()  # link ->
@@ -103,6 +106,8 @@ class ReplicaSets:
         self._total_at = now
         placed, at = self._placed.get(worker_id, (0.0, now))
         self._placed[worker_id] = self._decayed(placed, at, now) + 1.0, now
+        self._placed_total = self._decayed(self._placed_total, self._placed_at, now) + 1.0
+        self._placed_at = now
         if work > 0:
             done, at = self._work.get(worker_id, (0.0, now))
             self._work[worker_id] = self._decayed(done, at, now) + work, now
@@ -144,6 +149,10 @@ class ReplicaSets:
         placed, at = self._placed.get(worker_id, (0.0, 0.0))
         return self._decayed(placed, at, self._clock())
 
+    def fleet_recent(self) -> float:
+        """Every worker's ``recent``, summed."""
+        return self._decayed(self._placed_total, self._placed_at, self._clock())
+
     def _decayed(self, count: float, at: float, now: float) -> float:
         """A count kept at ``at``, as of ``now``: each use fades over ``idle_s``."""
         return count * math.exp((at - now) / self.idle_s)
@@ -166,6 +175,19 @@ class ReplicaSets:
         share = self._decayed(record.demand, record.at, self._total_at) / self._total
         return max(1, math.ceil(workers * share))
 
+    def branched(self, context: str) -> float:
+        """Record a new branch of the context's trunk; returns its recent requests per
+        recent branch, this one counted: what a branch placed now brings its worker later.
+        An agent session's steps follow its first (~10 a branch); a hot document's
+        questions are one request each, and moving one to balance buys nothing later."""
+        record = self._contexts.get(context)
+        if record is None:
+            return 1.0
+        now = self._clock()
+        record.branches = self._decayed(record.branches, record.branched_at, now) + 1.0
+        record.branched_at = now
+        return self._decayed(record.demand, record.at, now) / record.branches
+
     def trunk_depth(self, context: str, chain: tuple[bytes, ...]) -> int | None:
         """How many links of ``chain`` lie on the context's trunk; None before its second
         request, when no trunk is known (a first request is all trunk)."""
@@ -175,7 +197,9 @@ class ReplicaSets:
         return _shared(record.trunk, chain, record.depth)
 
     def forget_worker(self, worker_id: str) -> None:
-        self._placed.pop(worker_id, None)
+        placed, at = self._placed.pop(worker_id, (0.0, 0.0))
+        self._placed_total = max(0.0, self._placed_total
+                                 - self._decayed(placed, at, self._placed_at))
         done, at = self._work.pop(worker_id, (0.0, 0.0))
         self._work_total = max(0.0, self._work_total - self._decayed(done, at, self._work_at))
         for context in [c for c, r in self._contexts.items()

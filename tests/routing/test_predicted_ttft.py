@@ -480,6 +480,33 @@ def test_a_new_branch_past_its_share_founds_a_replica_only_on_a_worker_placed_un
     assert kept.reason != "spread" and kept.ranked[0].id == "w0"
 
 
+@pytest.mark.parametrize(("steps", "on_w1", "expected"), [
+    (3, 1, ("w1", "spread")),  # w0 took 18 of 21 recent requests: over the mean, w1 under
+    (3, 4, ("w0", "warm")),  # w1 took 12 of 30: over the mean too, nothing to fix
+    (1, 1, ("w0", "warm")),  # a document's questions: one request a branch
+])
+def test_a_new_branch_leaves_a_replica_over_the_fleets_mean_for_one_under_it(
+        steps: int, on_w1: int, expected: tuple[str, str]) -> None:
+    """An agent persona's sessions went six to w0 and one to w1 (a replica founded late),
+    each followed by later steps: the next session starts on w1, though w0 is idle and
+    predicted 10 ms sooner, while w0 took more than ``epsilon`` over the fleet's mean of
+    recent requests and w1 did not (live agentic: a late replica started 2 sessions while
+    the others started 16). A document whose questions come one a branch stays on the
+    soonest: moving it would buy nothing later."""
+    replicas = ReplicaSets(idle_s=30.0, clock=Clock())
+    for session, worker_id in enumerate(["w0"] * 6 + ["w1"] * on_w1):
+        if session:
+            replicas.branched("persona")  # what the policy records on each new branch
+        for step in range(steps):
+            req = branch("persona", 10, b"s%d" % session, *(b"step",) * step)
+            replicas.use("persona", worker_id, req.key.chain)
+    policy, workers = PredictedTTFT(replicas=replicas), pool(4)
+    req = branch("persona", 10, b"next")
+    decision = policy.rank(req, annotate(workers, req, {"w0": 640.0, "w1": 640.0},
+                                         {"w1": 0.01 * RATE}))
+    assert (decision.ranked[0].id, decision.reason) == expected
+
+
 def test_a_new_branch_founds_no_replica_behind_a_long_queue() -> None:
     """w3 took no request lately but holds one long prompt in prefill (2 s of it): the
     new session founds on w4, which took two, rather than wait behind it."""

@@ -24,6 +24,10 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
   fewer replicas than its share, or is hot and at its share while some worker took
   under half the requests of its least placed replica (``spread``); a trunk past one
   prefill step (``chunk_tokens``) is one conversation's history and founds none;
+- a new branch of a hot context whose branches bring later requests (an agent session's
+  steps) leaves a home that took more than ``epsilon`` over the fleet's mean of recent
+  requests for another live replica under it, predicted within the cold slack of home
+  (``spread``): both hold the trunk, and where the branch starts its steps follow;
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
   home held more of the prompt, that makes a copy (``replicate``). A *hot* context
   (replicas.py), or one whose copy is small next to the other worker's KV cache (at most
@@ -52,7 +56,7 @@ chosen while another is under it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from operator import attrgetter
 
 from router.fleet.prefill_model import leading_work
@@ -218,7 +222,7 @@ class PredictedTTFT:
             soonest = min(eligible, key=start)
             if start(soonest) * (1 + self.cold_slack_ratio) + self.cold_slack_s < start(stay):
                 choice, reason = soonest, "cold"
-        elif not warmer and (fresh := self._founds(request, live, stay, eligible, deepest)):
+        elif not warmer and (fresh := self._founds(request, live, stay, eligible, deepest, cost)):
             recent = self.replicas.recent  # a new branch of a context short of its share
             within = min(map(cost, fresh)) + self.slack_s  # a long queue balances nothing
             choice = min((c for c in fresh if cost(c) <= within),
@@ -254,7 +258,8 @@ class PredictedTTFT:
         return Decision([choice, *rest[:self.depth - 1]], reason, replicas)
 
     def _founds(self, request: RoutingRequest, live: dict[str, float], stay: Candidate,
-                eligible: Sequence[Candidate], deepest: int) -> list[Candidate]:
+                eligible: Sequence[Candidate], deepest: int,
+                cost: Callable[[Candidate], float]) -> list[Candidate]:
         """The workers this request may found a replica on: it adds a new branch to its
         context's trunk (no worker holds any of it past the trunk), home (``stay``) is busy
         (on an idle fleet a branch starts soonest at home, and balance buys nothing
@@ -265,8 +270,17 @@ class PredictedTTFT:
         workers with 6 sessions each against 12-18 elsewhere, max/mean busy 1.24), and the
         trunk fits one prefill step. A branch starts where it balances the fleet and pays
         the trunk's prefill once; later steps follow it there (agent sessions, a hot
-        document's questions)."""
-        if not live or stay.load <= 0:
+        document's questions). A hot context's new branch, idle home or busy, may also
+        take another of its live replicas when home took more than ``epsilon`` over the
+        fleet's mean of recent requests and that replica did not, this request counted
+        (bounded loads, on placements rather than requests in flight), and is predicted
+        within the cold slack of home; only where a branch brings later requests (two or
+        more per branch lately: an agent session's steps, not a document's one-off
+        questions, whose move costs their TTFT and balances nothing later). A replica
+        founded late stayed light while the soonest-predicted one took every new session
+        (live agentic s23q-1: w5 held two personas' prompts from 32 s on and started 2
+        sessions, w6 and w7 16 each; max/mean busy 1.35)."""
+        if not live:
             return []
         chain, context = request.key.chain, request.key.key
         trunk = self.replicas.trunk_depth(context, chain)
@@ -277,17 +291,26 @@ class PredictedTTFT:
             return []  # a trunk longer than one prefill step is a conversation's history,
             # not a prompt many sessions share (live Mooncake: a 16 k-token turn founded a
             # replica behind a 111 k-token prompt, 4.35 s against 99 ms at home)
+        hot = self.replicas.is_hot(context)
+        followed = self.replicas.branched(context) >= 2.0  # later steps follow this one
+        recent = self.replicas.recent
         n = _fleet_size(request, eligible)
+        cap = (1 + self.epsilon) * (self.replicas.fleet_recent() + 1.0) / n
+        near = cost(stay) * (1 + self.cold_slack_ratio) + self.cold_slack_s
+        lighter = [c for c in eligible if c.id in live and c is not stay
+                   and recent(c.id) + 1.0 <= cap and cost(c) <= near] \
+            if hot and followed and recent(stay.id) + 1.0 > cap else []
+        if stay.load <= 0:
+            return lighter
         fresh = [c for c in eligible if c.id not in live]
         if len(live) < self.replicas.wanted(context, n):
             return fresh
-        if not self.replicas.is_hot(context):
+        if not hot:
             return []  # at its share and not hot: a conversation's turns, a document's
             # few questions; a copy costs this request its trunk and balances little
             # (live Mooncake: three such turns took 180-230 ms more than llm-d's)
-        recent = self.replicas.recent
         least = min(recent(worker_id) for worker_id in live)
-        return [c for c in fresh if 2 * recent(c.id) < least]
+        return lighter + [c for c in fresh if 2 * recent(c.id) < least]
 
     def _opener(self, request: RoutingRequest, candidates: Sequence[Candidate],
                 deepest: int, shared: int) -> bool:
