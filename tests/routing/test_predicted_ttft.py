@@ -480,20 +480,26 @@ def test_a_new_branch_past_its_share_founds_a_replica_only_on_a_worker_placed_un
     assert kept.reason != "spread" and kept.ranked[0].id == "w0"
 
 
-@pytest.mark.parametrize(("steps", "on_w1", "expected"), [
-    (3, 1, ("w1", "spread")),  # w0 took 18 of 21 recent requests: over the mean, w1 under
-    (3, 4, ("w0", "warm")),  # w1 took 12 of 30: over the mean too, nothing to fix
-    (1, 1, ("w0", "warm")),  # a document's questions: one request a branch
+@pytest.mark.parametrize(("steps", "on_w1", "others", "expected"), [
+    (3, 1, 0, ("w1", "spread")),  # w0 took 18 of 21 recent requests: over the mean, w1 under
+    (3, 4, 0, ("w0", "warm")),  # w1 took 12 of 30: over the mean too, nothing to fix
+    (3, 1, 20, ("w1", "spread")),  # w0 under the cap of a busier fleet, w1 under its floor
+    (3, 5, 20, ("w0", "warm")),  # w0 and w1 both within epsilon of that fleet's mean
+    (1, 1, 0, ("w0", "warm")),  # a document's questions: one request a branch
 ])
-def test_a_new_branch_leaves_a_replica_over_the_fleets_mean_for_one_under_it(
-        steps: int, on_w1: int, expected: tuple[str, str]) -> None:
+def test_a_new_branch_takes_a_replica_under_the_fleets_mean_from_one_over_it(
+        steps: int, on_w1: int, others: int, expected: tuple[str, str]) -> None:
     """An agent persona's sessions went six to w0 and one to w1 (a replica founded late),
     each followed by later steps: the next session starts on w1, though w0 is idle and
     predicted 10 ms sooner, while w0 took more than ``epsilon`` over the fleet's mean of
-    recent requests and w1 did not (live agentic: a late replica started 2 sessions while
-    the others started 16). A document whose questions come one a branch stays on the
-    soonest: moving it would buy nothing later."""
+    recent requests and w1 did not, or w1 took less than ``epsilon`` under it and w0 did
+    not (live agentic: a late replica started 2 sessions while the others started 16,
+    and one under half the mean none while one at the mean took six). A document whose
+    questions come one a branch stays on the soonest: moving it would buy nothing later."""
     replicas = ReplicaSets(idle_s=30.0, clock=Clock())
+    for worker_id in ("w2", "w3"):  # other contexts' requests on the rest of the fleet
+        for i in range(others):
+            replicas.use(f"doc-{worker_id}-{i}", worker_id)
     for session, worker_id in enumerate(["w0"] * 6 + ["w1"] * on_w1):
         if session:
             replicas.branched("persona")  # what the policy records on each new branch

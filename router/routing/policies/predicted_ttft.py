@@ -26,8 +26,9 @@ slack (``slack_ratio`` of that worker's TTFT plus ``slack_s``):
   prefill step (``chunk_tokens``) is one conversation's history and founds none;
 - a new branch of a hot context whose branches bring later requests (an agent session's
   steps) leaves a home that took more than ``epsilon`` over the fleet's mean of recent
-  requests for another live replica under it, predicted within the cold slack of home
-  (``spread``): both hold the trunk, and where the branch starts its steps follow;
+  requests for another live replica under that, or goes to a replica more than
+  ``epsilon`` under the mean from a home that is not, predicted within the cold slack of
+  home (``spread``): both hold the trunk, and where the branch starts its steps follow;
 - otherwise, when home is slower by more than the slack, the faster worker takes it; if
   home held more of the prompt, that makes a copy (``replicate``). A *hot* context
   (replicas.py), or one whose copy is small next to the other worker's KV cache (at most
@@ -272,8 +273,11 @@ class PredictedTTFT:
         the trunk's prefill once; later steps follow it there (agent sessions, a hot
         document's questions). A hot context's new branch, idle home or busy, may also
         take another of its live replicas when home took more than ``epsilon`` over the
-        fleet's mean of recent requests and that replica did not, this request counted
-        (bounded loads, on placements rather than requests in flight), and is predicted
+        fleet's mean of recent requests and that replica did not, or that replica took
+        more than ``epsilon`` under the mean and home did not, this request counted
+        (bounded loads both ways, on placements rather than requests in flight; over the
+        cap alone, a replica at half the mean took no session for 30 s while one at the
+        mean took six: live agentic s24q-2, max/mean busy 1.27), and is predicted
         within the cold slack of home; only where a branch brings later requests (two or
         more per branch lately: an agent session's steps, not a document's one-off
         questions, whose move costs their TTFT and balances nothing later). A replica
@@ -295,11 +299,14 @@ class PredictedTTFT:
         followed = self.replicas.branched(context) >= 2.0  # later steps follow this one
         recent = self.replicas.recent
         n = _fleet_size(request, eligible)
-        cap = (1 + self.epsilon) * (self.replicas.fleet_recent() + 1.0) / n
+        mean = (self.replicas.fleet_recent() + 1.0) / n
+        cap, floor = (1 + self.epsilon) * mean, (1 - self.epsilon) * mean
         near = cost(stay) * (1 + self.cold_slack_ratio) + self.cold_slack_s
-        lighter = [c for c in eligible if c.id in live and c is not stay
-                   and recent(c.id) + 1.0 <= cap and cost(c) <= near] \
-            if hot and followed and recent(stay.id) + 1.0 > cap else []
+        home = recent(stay.id) + 1.0
+        lighter = [c for c in eligible if c.id in live and c is not stay and cost(c) <= near
+                   and ((home > cap and recent(c.id) + 1.0 <= cap)
+                        or recent(c.id) + 1.0 <= floor < home)] \
+            if hot and followed else []
         if stay.load <= 0:
             return lighter
         fresh = [c for c in eligible if c.id not in live]
