@@ -15,7 +15,10 @@ than k workers' fair share wants k replicas (``wanted``), and a request that add
 branch to its trunk may found one: an agent persona's tool prompt keys every step of
 every session started from it, and placed on queue pressure alone its sessions piled onto
 the 2-3 workers that first held it while others took none (offline agentic replay: 0
-requests on 2 of 8 workers).
+requests on 2 of 8 workers). Its *branches* (``branched``) tell whether a new branch
+brings later requests (an agent session's steps) or is one (a document's question), and
+each worker's recent placements against the fleet's (``recent``, ``fleet_recent``) where
+a new branch balances the fleet.
 """
 
 from __future__ import annotations
