@@ -299,14 +299,7 @@ class PredictedTTFT:
         followed = self.replicas.branched(context) >= 2.0  # later steps follow this one
         recent = self.replicas.recent
         n = _fleet_size(request, eligible)
-        mean = (self.replicas.fleet_recent() + 1.0) / n
-        cap, floor = (1 + self.epsilon) * mean, (1 - self.epsilon) * mean
-        near = cost(stay) * (1 + self.cold_slack_ratio) + self.cold_slack_s
-        home = recent(stay.id) + 1.0
-        lighter = [c for c in eligible if c.id in live and c is not stay and cost(c) <= near
-                   and ((home > cap and recent(c.id) + 1.0 <= cap)
-                        or recent(c.id) + 1.0 <= floor < home)] \
-            if hot and followed else []
+        lighter = self._lighter(live, stay, eligible, n, cost) if hot and followed else []
         if stay.load <= 0:
             return lighter
         fresh = [c for c in eligible if c.id not in live]
@@ -318,6 +311,20 @@ class PredictedTTFT:
             # (live Mooncake: three such turns took 180-230 ms more than llm-d's)
         least = min(recent(worker_id) for worker_id in live)
         return lighter + [c for c in fresh if 2 * recent(c.id) < least]
+
+    def _lighter(self, live: dict[str, float], stay: Candidate, eligible: Sequence[Candidate],
+                 n: int, cost: Callable[[Candidate], float]) -> list[Candidate]:
+        """Live replicas other than home that balance the fleet's recent placements (this
+        request counted): under the cap while home is over it, or under the floor while
+        home is not; predicted within the cold slack of home."""
+        recent = self.replicas.recent
+        mean = (self.replicas.fleet_recent() + 1.0) / n
+        cap, floor = (1 + self.epsilon) * mean, (1 - self.epsilon) * mean
+        near = cost(stay) * (1 + self.cold_slack_ratio) + self.cold_slack_s
+        home = recent(stay.id) + 1.0
+        return [c for c in eligible if c.id in live and c is not stay and cost(c) <= near
+                and ((home > cap and recent(c.id) + 1.0 <= cap)
+                     or recent(c.id) + 1.0 <= floor < home)]
 
     def _opener(self, request: RoutingRequest, candidates: Sequence[Candidate],
                 deepest: int, shared: int) -> bool:
