@@ -236,6 +236,14 @@ class SimServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                            "Cache-Control": "no-cache"})
         await resp.prepare(request)
+        # the client may leave mid-stream: the caller aborts the request, as vLLM does
+        with contextlib.suppress(ConnectionResetError):
+            await self._write_stream(resp, params, rid, events, stats, die)
+        return resp
+
+    async def _write_stream(self, resp: web.StreamResponse, params: api.Params, rid: str,
+                            events: AsyncIterator[TokenEvent], stats: RequestStats,
+                            die: bool) -> None:
         created = int(time.time())
         started: set[int] = set()
         async for ev in events:
@@ -253,7 +261,6 @@ class SimServer:
             await send_json(resp, api.usage_chunk(params, rid, created, stats))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-        return resp
 
     def enter(self) -> None:
         self.in_flight += 1

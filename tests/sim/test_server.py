@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 
 import aiohttp
 import orjson
@@ -133,6 +134,36 @@ async def test_fail_after_cuts_open_streams() -> None:
         assert proc.returncode != 0
     finally:
         stop(proc)
+
+
+async def test_a_client_leaving_mid_stream_frees_its_request_without_an_error(
+        tmp_path: Path) -> None:
+    """A load test's cancelled stream is routine: vLLM aborts the request quietly. The
+    simulator logged a traceback for every write to the closed connection."""
+    port, log = free_port(), tmp_path / "sim.log"
+    proc = spawn(["-m", "engine_worker.sim", "--host", "127.0.0.1", "--port", str(port),
+                  "--model", "sim-a", "--profile", "llama-3-8b@h100-80gb",
+                  "--time-scale", "1"], log=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_http(f"{url}/health", proc=proc)
+        async with aiohttp.ClientSession() as http:
+            body = {"prompt": "a b c", "max_tokens": 3000, "stream": True}
+            async with http.post(f"{url}/v1/completions", json=body) as resp:
+                await resp.content.readline()  # streaming has begun; then hang up
+            running = 1.0
+            for _ in range(200):
+                async with http.get(f"{url}/metrics") as resp:
+                    families = text_string_to_metric_families(await resp.text())
+                    running = next(s.value for f in families for s in f.samples
+                                   if s.name == "vllm:num_requests_running")
+                if running == 0:
+                    break
+                await asyncio.sleep(0.05)
+        assert running == 0
+    finally:
+        stop(proc)
+    assert "Traceback" not in log.read_text()
 
 
 async def test_registers_in_redis_and_deregisters_on_sigterm(redis_server) -> None:
