@@ -4,10 +4,12 @@ idle against busy.
 A request's client-side TTFT includes what the simulator's own process spends between
 receiving it and sending its first token, beyond the engine's modelled TTFT (parsing,
 tokenising, hashing blocks, the event loop). Live, that time was ~5 ms longer on a worker
-with nothing in flight than on a busy one, and a policy that balances the fleet sends more
-requests to idle workers; this measures it on one worker with nothing else running: each
-prompt length sent ``count`` times one after another, 1 s apart, 50 ms apart, and beside a
-long decode on the same worker.
+with nothing in flight than on a busy one: a busy engine's loop, late behind the parse,
+let the request join a step that had begun on the model's clock before it arrived, so the
+parse was hidden only there (fixed in the engine: a request joins no step begun before its
+arrival). This measures it on one worker with nothing else running: each prompt length
+sent ``count`` times one after another, 1 s apart, 50 ms apart, and beside a long decode
+on the same worker; the three columns should agree.
 """
 
 from __future__ import annotations

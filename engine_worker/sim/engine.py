@@ -63,7 +63,6 @@ class Engine:
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
         self.sim_now = 0.0
-        self._step_end = 0.0  # when the step in progress (or the last one) ends
         self._pending_swap_out: list[int] = []  # tokens of each sequence swapped out
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -124,7 +123,6 @@ class Engine:
         if not scheduled and not cost.pcie_bytes:
             return None
         dt = step_seconds(self.profile, cost)
-        self._step_end = self.sim_now + dt
         self._complete(scheduled, dt)
         return dt
 
@@ -152,25 +150,26 @@ class Engine:
 
     # -- loop ----------------------------------------------------------------------
     def _now(self) -> float:
-        """A request's arrival: now, but within the step in progress if one is (it joins
-        the next step). Stamped at the step's start, a request arriving mid-step had its
-        engine TTFT over-counted by the part of the step already run; vLLM stamps receipt."""
-        now = max(self.sim_now, self.clock.now())
-        return min(now, self._step_end) if self.running else now
+        """A request's arrival: when it reached the engine, as vLLM stamps receipt. It
+        joins the first step that starts at or after then (``_schedule``): stamped at the
+        end of the step in progress, a request whose parse outlasted that step (the loop
+        ran late behind it) was computed on the model's clock before it had arrived."""
+        return max(self.sim_now, self.clock.now())
 
     def _ensure_running(self) -> None:
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
-        # requests may already wait when the loop (re)starts: catch up with the clock first,
-        # or their first token would be stamped before their arrival
-        self.sim_now = max(self.sim_now, self.clock.now())
         while True:
-            if not self.running and not self.waiting:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-                self.sim_now = max(self.sim_now, self.clock.now())
+            if not self.running:
+                if not self.waiting:
+                    self._wakeup.clear()
+                    await self._wakeup.wait()
+                # an idle engine starts on the request's arrival, not when this loop got
+                # round to it: the host's lateness is not the model's (as in a busy loop's
+                # catch-up below)
+                self.sim_now = max(self.sim_now, self.waiting[0].req.stats.arrival)
             scheduled, cost = self._schedule()
             if not scheduled and not cost.pcie_bytes:
                 # Nothing fits (e.g. waiting on blocks held by nobody): should not happen.
@@ -178,13 +177,12 @@ class Engine:
                 await self._wakeup.wait()
                 continue
             dt = step_seconds(self.profile, cost)
-            self._step_end = self.sim_now + dt
             # the step ends dt after the last one did on the model's clock, not dt after
             # this loop got round to it: sleeping dt from a late wake-up (8 simulated
             # engines, a router and a load generator on 2 cores) put the engines behind
             # their model for as long as they stayed busy, 13-15 ms at p50 and 200+ at p99
             # of the first tokens on the live RAG bench, more for the busiest workers
-            await self.clock.sleep_until(self._step_end)
+            await self.clock.sleep_until(self.sim_now + dt)
             self._complete(scheduled, dt)
 
     def _complete(self, scheduled: list[tuple[Seq, int]], dt: float) -> None:
@@ -227,7 +225,8 @@ class Engine:
             budget -= n
             i += 1
         while (self.waiting and not preempted and budget > 0
-               and len(self.running) < cfg.max_num_seqs):
+               and len(self.running) < cfg.max_num_seqs
+               and self.waiting[0].req.stats.arrival <= self.sim_now):
             seq = self.waiting[0]
             n = self._admit(seq, budget, cost)
             if n is None:

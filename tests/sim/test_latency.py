@@ -140,3 +140,40 @@ async def test_a_late_loop_catches_up_with_the_model() -> None:
     # the steps left ran while the clock stood past their ends: the engine is back on
     # its model once the stall is over, not 1 s behind it for the rest of the request
     assert ttft + 1.0 <= stalled[2] < e2e + 1.0
+
+
+async def test_a_request_the_busy_loop_saw_late_joins_no_step_begun_before_it_arrived() -> None:
+    """The loop ran late behind a decode (its host busy, here parsing the next prompt):
+    the request it then finds waiting arrived after the step in progress had ended on the
+    model's clock, so it waits for a step that starts after its arrival. Stamped at that
+    step's end, its prefill was computed before it had reached the engine."""
+    profile = load_profile("llama-3-8b@h100-80gb")
+    clock = VirtualClock()
+    engine = Engine(profile, EngineConfig(hash_seed="0"), clock)
+    decode = engine.submit(list(range(1, 65)), max_tokens=200)
+    events = aiter(decode)
+    await anext(events)  # the first token; the decode runs on
+    clock.advance(0.5)  # the host kept the loop from running for half a simulated second
+    arrived = clock.now()
+    late = engine.submit(list(range(1001, 3001)), max_tokens=1)
+    await late.collect()
+    async for _ in events:
+        pass
+    await engine.stop()
+    assert late.stats.arrival == arrived
+    assert late.stats.ttft is not None and late.stats.ttft >= prefill_seconds(profile, 2000)
+
+
+async def test_an_idle_engine_starts_on_the_arrival_not_on_its_loops_late_wake_up() -> None:
+    """An idle engine's loop woken late (a busy host) does not charge that delay to the
+    model: the request's TTFT is its prefill, as when the loop woke at once."""
+    profile = load_profile("llama-3-8b@h100-80gb")
+    clock = VirtualClock()
+    engine = Engine(profile, EngineConfig(hash_seed="0"), clock)
+    await engine.generate(list(range(1, 65)), max_tokens=2)  # the loop now waits, idle
+    await asyncio.sleep(0)
+    idle = engine.submit(list(range(1001, 3001)), max_tokens=1)
+    clock.advance(0.5)  # before the loop wakes
+    await idle.collect()
+    await engine.stop()
+    assert idle.stats.ttft == prefill_seconds(profile, 2000)
