@@ -59,6 +59,8 @@ def _line(label: str, rows: Sequence[tuple[str, float, float]]) -> str:
 
 def report(name: str, policies: Sequence[str]) -> str:
     runs = load(name)
+    if not runs:
+        raise SystemExit(f"no {name}-*.json in bench/results")
     policies = [p for p in policies if p in runs] or list(runs)
     head = ("| {} | requests | floor p50 / p90 / p99 (ms) | wait p50 / p90 / p99 (ms) "
             "| floors (s) | waited (s) |\n|---|---|---|---|---|---|")
