@@ -10,6 +10,7 @@ the hit rate comes only from the workers' counters.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,6 +21,14 @@ from bench.loadgen import Record
 
 TTFT = "vllm:time_to_first_token_seconds"
 E2E = "vllm:e2e_request_latency_seconds"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0 to 1) the way every table here reports it (numpy's linear
+    interpolation), NaN for none: one convention, so the offline, wait and overload tables
+    read alike."""
+    return float(np.percentile(np.asarray(values, dtype=float), 100 * q)) if len(values) \
+        else math.nan
 
 
 def pct(values: Sequence[float]) -> dict[str, float | None]:

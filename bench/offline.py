@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from bench import bounds
+from bench.analysis import percentile
 from bench.fleet import residency_capacity
 from bench.runner import RunConfig, plan_blocks
 from bench.workloads import BenchRequest, make_workload
@@ -199,11 +200,6 @@ async def replay(requests: list[BenchRequest], config: RouterConfig, workers: in
     return fleet
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def summary(fleet: Fleet, bound: dict[str, Any]) -> dict[str, Any]:
     ttft = [f.handle.stats.ttft * 1000 for f in fleet.done if f.handle.stats.ttft is not None]
     queries = sum(e.counters.prefix_queries for e in fleet.engines)
@@ -219,7 +215,7 @@ def summary(fleet: Fleet, bound: dict[str, Any]) -> dict[str, Any]:
         "requests": len(fleet.done),
         "hit_rate": hits / queries if queries else 0.0,
         "fleet_lru_bound": bound["fleet_lru_hit_rate"],
-        "ttft_ms": {"p50": _pct(ttft, 0.5), "p90": _pct(ttft, 0.9), "p99": _pct(ttft, 0.99),
+        "ttft_ms": {**{f"p{round(q * 100)}": percentile(ttft, q) for q in (0.5, 0.9, 0.99)},
                     "mean": statistics.fmean(ttft)},
         "busy_max_over_mean": max(fleet.busy_s) / statistics.fmean(fleet.busy_s),
         "requests_max_over_mean": max(served) / statistics.fmean(served),

@@ -12,13 +12,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from bench.analysis import percentile
 from bench.overload import fair_shares
 
 LIGHT = ("light-a", "light-b")
-
-
-def _pct(values: list[float], q: float) -> float:
-    return float(np.percentile(values, q)) if values else math.nan
 
 
 def _uncached(r: dict[str, Any]) -> float:
@@ -58,14 +55,14 @@ def summarize(meta: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
         "mode": run["mode"], "sent": len(recs), "answered": len(ok), "shed": len(shed),
         "shed_codes": codes, "shed_with_retry_after": len(retry), "5xx": fivexx,
         "timeouts": timeouts, "other_errors": other,
-        "ttft_p50_s": _pct(ttft, 50), "ttft_p99_s": _pct(ttft, 99),
-        "burst_ttft_p99_s": _pct(burst_ttft, 99), "bound_s": bound,
+        "ttft_p50_s": percentile(ttft, 0.50), "ttft_p99_s": percentile(ttft, 0.99),
+        "burst_ttft_p99_s": percentile(burst_ttft, 0.99), "bound_s": bound,
         "within_bound": (sum(1 for v in ttft if v <= bound) / len(ttft)) if ttft else math.nan,
         "busy": float(np.mean(window)) if window else math.nan,
         "prefill_utilisation": computed / (meta["capacity_tokens_s"] * meta["burst_s"] / scale),
         "fair_share": {t: (served[t] / fair[t] if fair.get(t) else math.nan) for t in LIGHT},
         "served_tokens": served, "demand_tokens": demand,
-        "retry_after_p50": _pct(retry, 50), "retry_after_p90": _pct(retry, 90),
+        "retry_after_p50": percentile(retry, 0.50), "retry_after_p90": percentile(retry, 0.90),
     }
 
 

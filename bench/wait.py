@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from bench.analysis import percentile
 from bench.spread import load
 from engine_worker.sim.engine_config import EngineConfig
 from engine_worker.sim.profiles import Profile, load_profile
@@ -33,11 +34,6 @@ def floor_ms(profile: Profile, prompt_tokens: int, cached_tokens: int,
     return seconds * 1000
 
 
-def _pct(values: Sequence[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def split(records: Sequence[dict[str, Any]], profile: Profile
           ) -> list[tuple[str, float, float]]:
     """(reason, floor ms, wait ms) of every served request with an engine TTFT."""
@@ -51,9 +47,9 @@ def split(records: Sequence[dict[str, Any]], profile: Profile
 
 def _line(label: str, rows: Sequence[tuple[str, float, float]]) -> str:
     floors, waits = [f for _, f, _ in rows], [w for _, _, w in rows]
-    return (f"| {label} | {len(rows)} | " + " / ".join(f"{_pct(floors, q):.0f}" for q in
+    return (f"| {label} | {len(rows)} | " + " / ".join(f"{percentile(floors, q):.0f}" for q in
                                                        (0.5, 0.9, 0.99))
-            + " | " + " / ".join(f"{_pct(waits, q):.1f}" for q in (0.5, 0.9, 0.99))
+            + " | " + " / ".join(f"{percentile(waits, q):.1f}" for q in (0.5, 0.9, 0.99))
             + f" | {sum(floors) / 1000:.1f} | {sum(waits) / 1000:.1f} |")
 
 
