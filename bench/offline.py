@@ -264,7 +264,7 @@ def compare(args: argparse.Namespace) -> None:
         t = r["ttft_ms"]
         err = r["predicted_ttft_error_median"]
         print(f"| {policy} | {seed} | {r['hit_rate']:.1%} | "
-              f"{r['hit_rate'] / r['fleet_lru_bound']:.0%} | "
+              f"{r['hit_rate'] / r['fleet_lru_bound']:.1%} | "
               f"{t['p50']:,.0f} / {t['p90']:,.0f} / {t['p99']:,.0f} | "
               f"{r['busy_max_over_mean']:.2f} | {r['requests_max_over_mean']:.2f} | "
               f"{'–' if err is None else f'{err:.0%}'} |")
