@@ -99,11 +99,11 @@ def table(names: list[str]) -> str:
         cells = []
         for engine in (False, True):
             figures = engine_ttft if engine else (lambda x: x["ttft_ms"])
+            mine = per_request(me, engine)
             for q in ("p50", "p90", "p99"):
                 vals = {p: figures(x)[q] for p, x in others.items() if figures(x)[q] is not None}
                 best = min(vals, key=vals.get)  # type: ignore[arg-type]
-                low, high = ratio_interval(per_request(me, engine),
-                                           per_request(others[best], engine),
+                low, high = ratio_interval(mine, per_request(others[best], engine),
                                            int(q[1:]) / 100)
                 cells.append(f"{'engine ' if engine else ''}{q} "
                              f"{figures(me)[q] / vals[best]:.3f} [{low:.2f}-{high:.2f}] "
