@@ -5,12 +5,19 @@ token under two paths can be paired by its index. The median of the differences 
 path itself adds to a request (an Envoy + picker hop against the proxy, say) with the
 placement noise of the tail left out; the median over requests that found the same cached
 tokens both ways also leaves out the requests the two runs placed differently.
+
+Then, against the policy with the lowest median, which requests decide BASE's median: those
+that BASE puts above that policy's median while it puts them below, and the other way
+round, by BASE's reason for the placement and by the cached tokens each found (more, the
+same, or fewer by over a block's 256 tokens). Equal counts each way leave the medians equal;
+a surplus of one kind says what costs or wins the median.
 """
 
 from __future__ import annotations
 
 import statistics
 import sys
+from collections import Counter
 from typing import Any
 
 from bench.spread import load
@@ -39,6 +46,34 @@ def paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> tuple[flo
     return statistics.median(every), statistics.median(same or every), len(every)
 
 
+def _cache(mine: dict[str, Any], other: dict[str, Any]) -> str:
+    diff = mine["cached_tokens"] - other["cached_tokens"]
+    return "more cached" if diff > 256 else "fewer cached" if diff < -256 else "same cached"
+
+
+def crossings(base: list[dict[str, Any]], other: list[dict[str, Any]]
+              ) -> tuple[float, Counter[tuple[str, str]], Counter[tuple[str, str]]]:
+    """(other's median in ms, requests base puts above it and other below, the reverse):
+    each counted by base's reason and by the cached tokens base found against other's."""
+    ok = {r["index"]: r for r in base if r["status"] == "ok"}
+    theirs = [r for r in other if r["status"] == "ok" and r["index"] in ok]
+    median = statistics.median(_ttft_ms(r) for r in theirs)
+    above: Counter[tuple[str, str]] = Counter()
+    below: Counter[tuple[str, str]] = Counter()
+    for record in theirs:
+        mine = ok[record["index"]]
+        tag = (mine.get("reason") or "-", _cache(mine, record))
+        if _ttft_ms(mine) > median >= _ttft_ms(record):
+            above[tag] += 1
+        elif _ttft_ms(record) > median >= _ttft_ms(mine):
+            below[tag] += 1
+    return median, above, below
+
+
+def _tags(counts: Counter[tuple[str, str]]) -> str:
+    return ", ".join(f"{reason}/{cache} {n}" for (reason, cache), n in counts.most_common(6))
+
+
 def main(argv: list[str]) -> None:
     if not argv:
         raise SystemExit(__doc__)
@@ -51,6 +86,13 @@ def main(argv: list[str]) -> None:
         if policy != base:
             every, same, n = paired(runs[base]["records"], run["records"])
             print(f"  {policy}: median {every:+.2f}, same cached tokens {same:+.2f} ({n} requests)")
+    rivals = {p: statistics.median(_ttft_ms(r) for r in run["records"] if r["status"] == "ok")
+              for p, run in runs.items() if p != base}
+    rival = min(rivals, key=rivals.__getitem__)
+    median, above, below = crossings(runs[base]["records"], runs[rival]["records"])
+    print(f"across {rival}'s median ({median:.1f} ms), by {base}'s reason / cached tokens:")
+    print(f"  {base} above, {rival} below: {sum(above.values())} ({_tags(above)})")
+    print(f"  {base} below, {rival} above: {sum(below.values())} ({_tags(below)})")
 
 
 if __name__ == "__main__":

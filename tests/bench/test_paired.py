@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.paired import paired
+from bench.paired import crossings, paired
 
 
 def record(index: int, ttft_s: float, cached: int = 0, status: str = "ok") -> dict:
@@ -19,3 +19,19 @@ def test_pairs_by_index_and_skips_failures() -> None:
     assert n == 3
     assert round(every, 3) == 4.0  # median of +2, +700, +4 ms
     assert round(same, 3) == 3.0  # requests 0 and 2 only: +2 and +4 ms
+
+
+def test_crossings_count_requests_on_either_side_of_the_others_median() -> None:
+    def placed(index: int, ttft_s: float, cached: int, reason: str = "warm") -> dict:
+        return {**record(index, ttft_s, cached), "reason": reason}
+    # other's times 0.1 .. 0.5 s: median 0.3 s
+    other = [placed(i, 0.1 * (i + 1), cached=1000) for i in range(5)]
+    base = [placed(0, 0.35, 1000),               # above, other below: same cache (queued)
+            placed(1, 0.40, 1000),               # above, other below (0.2): same cache
+            placed(2, 0.30, 1000),               # other's median itself: crosses nothing
+            placed(3, 0.10, 4000, reason="ring"),  # below, other above: found more cached
+            placed(4, 0.60, 0)]                  # above both ways: crosses nothing
+    median, above, below = crossings(base, other)
+    assert round(median, 6) == 300.0
+    assert above == {("warm", "same cached"): 2}
+    assert below == {("ring", "more cached"): 1}

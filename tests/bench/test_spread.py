@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from bench.spread import per_request, ratio_interval
+from bench.spread import per_request, pooled_interval, ratio_interval
 
 
 def _result(ttfts: dict[int, float | None], engine: dict[int, float] | None = None) -> dict:
@@ -41,3 +41,24 @@ def test_only_requests_both_policies_served_are_paired() -> None:
     mine = {0: 100.0, 1: 100.0, 2: 100.0}
     other = {1: 50.0, 2: 50.0, 3: 1.0}  # 3 is not paired: it would pull the ratio to 100
     assert ratio_interval(mine, other, 0.5) == (2.0, 2.0)
+
+
+def test_pooled_runs_narrow_the_interval_and_keep_the_ratio() -> None:
+    rng = random.Random(3)
+    runs = []
+    for _ in range(4):  # each request's time under either policy: its own draw
+        runs.append(({i: 1.03 * rng.lognormvariate(5, 0.6) for i in range(1200)},
+                     {i: rng.lognormvariate(5, 0.6) for i in range(1200)}))
+    ratio, low, high = pooled_interval(runs, 0.5)
+    assert low <= ratio <= high and low < 1.03 < high
+    one_low, one_high = ratio_interval(*runs[0], 0.5)
+    assert high - low < one_high - one_low  # four runs' requests pin it down further
+
+
+def test_pooling_resamples_each_run_within_itself() -> None:
+    # run 1: mine 2x the other's; run 2: equal. Pooled, the median sits between, and no draw
+    # can mix run 1's "mine" with run 2's "other"
+    run1 = ({i: 200.0 for i in range(100)}, {i: 100.0 for i in range(100)})
+    run2 = ({i: 100.0 for i in range(100)}, {i: 100.0 for i in range(100)})
+    ratio, low, high = pooled_interval([run1, run2], 0.5)
+    assert ratio == low == high == 1.5
