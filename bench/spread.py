@@ -98,12 +98,14 @@ def _pooled_line(runs: list[dict[str, dict[str, Any]]]) -> str:
     cells = []
     for engine in (False, True):
         mine = [per_request(r[CANDIDATE], engine) for r in runs]
+        if not all(mine):
+            continue  # a run without these figures (engine TTFTs before a90036d)
         theirs = {p: [per_request(r[p], engine) for r in runs] for p in others}
         for q in (0.5, 0.9, 0.99):
             pooled = {p: float(np.percentile(np.fromiter(
                 (v for run in ts for v in run.values()), float), 100 * q))
                 for p, ts in theirs.items() if all(ts)}
-            if not pooled or not all(mine):
+            if not pooled:
                 continue
             best = min(pooled, key=pooled.__getitem__)
             ratio, low, high = pooled_interval(list(zip(mine, theirs[best], strict=True)), q)
