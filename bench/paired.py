@@ -9,7 +9,7 @@ tokens both ways also leaves out the requests the two runs placed differently.
 Then, against the policy with the lowest median, which requests decide BASE's median: those
 that BASE puts above that policy's median while it puts them below, and the other way
 round, by BASE's reason for the placement and by the cached tokens each found (more, the
-same, or fewer by over a block's 256 tokens). Equal counts each way leave the medians equal;
+same, or fewer by over ``SAME_CACHE_TOKENS``). Equal counts each way leave the medians equal;
 a surplus of one kind says what costs or wins the median.
 """
 
@@ -23,6 +23,8 @@ from typing import Any
 from bench.spread import load
 
 BASE = "predicted_ttft"
+SAME_CACHE_TOKENS = 256  # engines report cached tokens in whole blocks: a few blocks either
+# way is the same prefix found, not another placement
 
 
 def _ttft_ms(record: dict[str, Any]) -> float:
@@ -48,7 +50,9 @@ def paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> tuple[flo
 
 def _cache(mine: dict[str, Any], other: dict[str, Any]) -> str:
     diff = mine["cached_tokens"] - other["cached_tokens"]
-    return "more cached" if diff > 256 else "fewer cached" if diff < -256 else "same cached"
+    if diff > SAME_CACHE_TOKENS:
+        return "more cached"
+    return "fewer cached" if diff < -SAME_CACHE_TOKENS else "same cached"
 
 
 def crossings(base: list[dict[str, Any]], other: list[dict[str, Any]]
