@@ -56,15 +56,9 @@ def per_request(result: dict[str, Any], engine: bool) -> dict[int, float]:
 def ratio_interval(mine: dict[int, float], other: dict[int, float], q: float,
                    draws: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95 % interval of the ``q`` quantile's ratio, mine over other, over the requests both
-    served, resampled in pairs."""
-    common = sorted(mine.keys() & other.keys())
-    a = np.fromiter((mine[i] for i in common), float, len(common))
-    b = np.fromiter((other[i] for i in common), float, len(common))
-    picks = np.random.default_rng(seed).integers(0, len(common), (draws, len(common)))
-    ratios = (np.percentile(a[picks], 100 * q, axis=1)
-              / np.percentile(b[picks], 100 * q, axis=1))
-    low, high = np.percentile(ratios, [2.5, 97.5])
-    return float(low), float(high)
+    served, resampled in pairs: one run pooled alone."""
+    _, low, high = pooled_interval([(mine, other)], q, draws, seed)
+    return low, high
 
 
 def pooled_interval(pairs: list[tuple[dict[int, float], dict[int, float]]], q: float,
@@ -101,13 +95,12 @@ def _pooled_line(runs: list[dict[str, dict[str, Any]]]) -> str:
         if not all(mine):
             continue  # a run without these figures (engine TTFTs before a90036d)
         theirs = {p: [per_request(r[p], engine) for r in runs] for p in others}
+        pools = {p: np.fromiter((v for run in ts for v in run.values()), float)
+                 for p, ts in theirs.items() if all(ts)}
+        if not pools:
+            continue
         for q in (0.5, 0.9, 0.99):
-            pooled = {p: float(np.percentile(np.fromiter(
-                (v for run in ts for v in run.values()), float), 100 * q))
-                for p, ts in theirs.items() if all(ts)}
-            if not pooled:
-                continue
-            best = min(pooled, key=pooled.__getitem__)
+            best = min(pools, key=lambda p: np.percentile(pools[p], 100 * q))
             ratio, low, high = pooled_interval(list(zip(mine, theirs[best], strict=True)), q)
             cells.append(f"{'engine ' if engine else ''}p{round(q * 100)} {ratio:.3f} "
                          f"[{low:.2f}-{high:.2f}] (best other: {best})")
