@@ -15,9 +15,20 @@ from router.fleet.prefill_model import ATTENTION_TOKENS, prefill_work
 from router.infra.metrics import RouterMetrics
 from router.residency.base import ResidencyStore
 from router.routing.accounting import Attempt
+from router.routing.usage import Usage
 
 BYTES_PER_TOKEN = 4.0  # before any answer: English text under Llama-3-class tokenizers
 COLD_BLOCKS = 2  # a shortfall of fewer blocks than this is rounding, not an eviction
+
+
+def _own_tokens(predicted: float, estimated_prompt: float, usage: Usage) -> float:
+    """The predicted cached tokens counted at this prompt's own bytes per token, which the
+    answer tells: the prediction converts matched bytes at the learned mean, and a prompt
+    whose text runs a few per cent denser looked evicted when it was not (offline: 3-31
+    false drops a run, each dropping every older entry of the worker's residency)."""
+    if estimated_prompt <= 0 or usage.prompt_tokens <= 0:
+        return predicted
+    return predicted * usage.prompt_tokens / estimated_prompt
 
 
 class TokenRatio:
@@ -61,7 +72,8 @@ class CacheFeedback:
             return  # exact residency follows the engine's own KV events
         self._ratio.observe(request.prompt_bytes, usage.prompt_tokens)
         stamp = attempt.stamp
-        if stamp is not None and predicted - actual > COLD_BLOCKS * request.tokens_per_block:
+        if stamp is not None and _own_tokens(predicted, request.prompt_tokens, usage) - actual \
+                > COLD_BLOCKS * request.tokens_per_block:
             dropped = self._residency.drop_older(worker.id, stamp)
             m.residency_corrections.labels(worker.id).inc()
             m.residency_dropped.inc(dropped)

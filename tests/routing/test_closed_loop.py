@@ -101,3 +101,23 @@ async def test_the_predicted_ttft_header_falls_once_the_prefix_is_warm(sim: SimW
     async with router_client([sim], policy="round_robin") as client, \
             client.post("/v1/completions", json=completion(doc, "three")) as resp:
         assert "X-Prefix-Router-Predicted-TTFT-Ms" not in resp.headers  # predicts none
+
+
+async def test_a_prompt_denser_than_the_learned_mean_is_not_taken_for_an_eviction(
+        sim: SimWorker) -> None:
+    """Six bytes a token against the ~4 the router starts from: the prediction, converted at
+    the mean, is ~1.5x what the engine reused from a prefix it did hold. Counted at the
+    prompt's own bytes per token (the answer gives its token count) nothing was evicted."""
+    dense = " ".join(f"d{i:04d}" for i in range(1200))  # one 6-byte token a word
+    async with router_client([sim], policy="predicted_ttft") as client:
+        for question in ("one", "two"):
+            async with client.post("/v1/completions", json=completion(dense, question)) as resp:
+                body = await resp.json()
+        assert body["usage"]["prompt_tokens_details"]["cached_tokens"] >= 1100  # warm
+        assert await metric(client, "prefix_router_residency_corrections_total",
+                            worker="w0") == 0
+        pipeline = client.server.app[ROUTER].pipeline
+        chain = keys.prompt_key((dense + " question three").encode(), MODEL,
+                                pipeline.block_chars, pipeline.max_blocks,
+                                pipeline.key_blocks).chain
+        assert (await pipeline.residency.match(chain, ["w0"]))["w0"] >= 25  # still warm
