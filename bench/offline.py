@@ -42,6 +42,7 @@ from router.fleet.prefill_model import PrefillModel
 from router.fleet.worker_cost import WorkerCost
 from router.fleet.workers import Worker, WorkerPool
 from router.infra.metrics import RouterMetrics
+from router.residency.base import ChainShape
 from router.residency.memory import MemoryResidency
 from router.routing import keys
 from router.routing.accounting import Attempt
@@ -170,8 +171,8 @@ def build_fleet(config: RouterConfig, workers: int, profile: str, blocks: int,
                    cost=WorkerCost(prefill=fleet_line.child(), drains=config.queue_drain))
         pool.add(w)
         members.append(w)
-    residency = MemoryResidency(
-        default_capacity=residency_capacity(blocks, config.block_chars))
+    residency = MemoryResidency(residency_capacity(blocks, config.block_chars),
+                                ChainShape(config.max_blocks, keys.TAIL_FACTOR))
     pipeline = Pipeline(pool, make_policy(config.policy, PolicyKnobs.of(config), clock),
                         residency, RouterMetrics(), block_chars=config.block_chars,
                         max_blocks=config.max_blocks, key_blocks=config.key_blocks,

@@ -128,8 +128,8 @@ class RouterConfig:
     min_match: int = _opt(1, "blocks a resident prefix must cover to count as warm", *_POSITIVE)
     warm_ratio: float = _opt(0.5, "share of a prompt's blocks a worker must hold for residency "
                              "to override the ring", lambda v: 0 < v <= 1, "must be in (0, 1]")
-    residency_capacity: int = _opt(65536, "tracked blocks per worker when it reports none",
-                                   *_POSITIVE)
+    residency_capacity: int = _opt(65536, "tracked blocks per worker when it reports none "
+                                   "(head blocks: a tail link counts 16)", *_POSITIVE)
     residency_snapshot: str = _opt("", "without Redis: file the in-memory residency is saved to "
                                    "(on shutdown and periodically) and loaded from at start")
     residency_snapshot_interval_s: float = _opt(300.0, "how often to save the residency "

@@ -4,9 +4,10 @@ An ``OrderedDict[bytes, int]`` spends a bytes object, an int object, a dict entr
 linked-list node on every block: a 10 M-block picture took 1.2-1.5 GiB. Here a block is
 a row of flat arrays, no Python object per block:
 
-- ``_keys`` (int64: the 8-byte chain link read as a signed integer) and ``_stamps``
-  (int64: when it was last touched, the caller's clock) per entry, entries reused
-  through a free list;
+- ``_keys`` (int64: the 8-byte chain link read as a signed integer), ``_stamps``
+  (int64: when it was last touched, the caller's clock) and ``_weights`` (uint8: the KV
+  it stands for, in head blocks: a chain's tail links are longer) per entry, entries
+  reused through a free list; ``units`` is the weights' sum, what capacity counts;
 - ``_index``: an open-addressing table (linear probing, backward-shift deletion) of entry
   numbers, sized a power of two and kept under 70 % full, probed at the key's low bits
   (chain links are sha256 output, so the low bits are uniform);
@@ -54,11 +55,13 @@ def chain_keys(chain: Sequence[bytes]) -> list[int]:
 
 class BlockLRU:
     __slots__ = ("_free", "_head", "_index", "_keys", "_live", "_log", "_mask", "_pos",
-                 "_stamps")
+                 "_stamps", "_weights", "units")
 
     def __init__(self) -> None:
         self._keys = array("q")
         self._stamps = array("q")
+        self._weights = array("B")
+        self.units = 0
         self._pos = array("i")  # the entry's live slot in _log, or -1 when free
         self._free = array("i")
         self._log = array("i")
@@ -81,14 +84,15 @@ class BlockLRU:
         keys, pos = self._keys, self._pos
         return iter([keys[e] for e in range(len(keys)) if pos[e] >= 0])
 
-    def items(self) -> list[tuple[int, int]]:
-        """(key, stamp) of every resident block, least recently used first."""
-        log, pos, keys, stamps = self._log, self._pos, self._keys, self._stamps
+    def items(self) -> list[tuple[int, int, int]]:
+        """(key, stamp, weight) of every resident block, least recently used first."""
+        log, pos, keys, stamps, weights = self._log, self._pos, self._keys, self._stamps, \
+            self._weights
         out = []
         for slot in range(self._head, len(log)):
             entry = log[slot]
             if pos[entry] == slot:
-                out.append((keys[entry], stamps[entry]))
+                out.append((keys[entry], stamps[entry], weights[entry]))
         return out
 
     def get(self, block: bytes | int, default: int | None = None) -> int | None:
@@ -108,15 +112,20 @@ class BlockLRU:
                 return entry
             i = (i + 1) & mask
 
-    def touch(self, key: int, stamp: int) -> None:
-        """Insert or refresh ``key`` as the most recently used block, with its own stamp (a
-        snapshot's restore); a request's record is ``touch_chain``."""
-        self.touch_chain((key,), stamp)
+    def touch(self, key: int, stamp: int, weight: int = 1) -> None:
+        """Insert or refresh ``key`` as the most recently used block, with its own stamp and
+        weight (a snapshot's restore); a request's record is ``touch_chain``."""
+        self.touch_chain((key,), stamp, 0, weight)
 
-    def touch_chain(self, keys: Sequence[int], now: int) -> None:
+    def touch_chain(self, keys: Sequence[int], now: int, tail_from: int | None = None,
+                    tail_weight: int = 1) -> None:
         """Insert or refresh a chain's keys from its end, link i stamped ``now - i``: the
-        head ends most recently used, so eviction drops tails before heads. One loop over
-        hoisted locals: a call per block cost ~3 µs, and a request records up to ~500."""
+        head ends most recently used, so eviction drops tails before heads. A new link from
+        index ``tail_from`` on weighs ``tail_weight`` (a link's index is fixed by its hash,
+        so its weight never changes). One loop over hoisted locals: a call per block cost
+        ~3 µs, and a request records up to ~500."""
+        if tail_from is None:
+            tail_from = len(keys)
         if self._live + len(keys) > _LOAD * (self._mask + 1):
             self._rehash(self._live + len(keys))  # no table growth inside the loop
         index, stored, stamps, pos, log = self._index, self._keys, self._stamps, self._pos, \
@@ -128,7 +137,8 @@ class BlockLRU:
             while True:
                 entry = index[i]
                 if entry == _EMPTY:
-                    entry = index[i] = self._new_entry(key, now - link)
+                    entry = index[i] = self._new_entry(
+                        key, now - link, tail_weight if link >= tail_from else 1)
                     break
                 if stored[entry] == key:
                     stamps[entry] = now - link
@@ -139,15 +149,18 @@ class BlockLRU:
         if len(log) > 2 * self._live + 1024:
             self._compact_log()
 
-    def _new_entry(self, key: int, stamp: int) -> int:
+    def _new_entry(self, key: int, stamp: int, weight: int) -> int:
         self._live += 1
+        self.units += weight
         if self._free:
             entry = self._free.pop()
             self._keys[entry] = key
             self._stamps[entry] = stamp
+            self._weights[entry] = weight
             return entry
         self._keys.append(key)
         self._stamps.append(stamp)
+        self._weights.append(weight)
         self._pos.append(-1)
         return len(self._keys) - 1
 
@@ -177,6 +190,7 @@ class BlockLRU:
         self._pos[entry] = -1
         self._free.append(entry)
         self._live -= 1
+        self.units -= self._weights[entry]
         self._head += 1
         return key
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from router.residency.base import longest_prefix
+from router.residency.base import UNIFORM, ChainShape, longest_prefix
 from router.residency.blocks import BlockLRU, block_key, chain_keys, key_block
 
 
@@ -16,7 +16,7 @@ class WorkerBlocks:
     """One worker's picture, as a snapshot carries it: blocks oldest first with their
     stamps, the chain heads it holds, its capacity if one was set."""
 
-    blocks: list[tuple[bytes, int]]
+    blocks: list[tuple[bytes, int, int]]  # (block, stamp, weight)
     heads: list[bytes] = field(default_factory=list)
     capacity: int | None = None
 
@@ -28,11 +28,13 @@ class MemoryResidency:
     probes only the workers that can match at all instead of every candidate (a 1,000-worker
     pool asked about a cold prompt costs one dict lookup). A block is a chain head because
     its hash is seeded with the model (router.routing.keys), so it never appears deeper in a chain.
-    Blocks are int64 keys in a ``BlockLRU`` per worker (blocks.py: ~35 bytes a block).
+    Blocks are int64 keys in a ``BlockLRU`` per worker (blocks.py: ~35 bytes a block);
+    capacity counts them weighted by ``shape``.
     """
 
-    def __init__(self, default_capacity: int = 65536) -> None:
+    def __init__(self, default_capacity: int = 65536, shape: ChainShape = UNIFORM) -> None:
         self._default_capacity = default_capacity
+        self._shape = shape
         self._capacity: dict[str, int] = {}
         # block -> stamp of its last touch (as RedisResidency scores it: microseconds minus
         # the block's index in its chain), kept in LRU order
@@ -79,10 +81,11 @@ class MemoryResidency:
         # touch the chain from its end so the leading blocks are the most recently used:
         # an LRU then drops tails before heads, keeping the chain's prefix property
         keys = chain_keys(chain)
-        blocks.touch_chain(keys, time.time_ns() // 1000)
+        shape = self._shape
+        blocks.touch_chain(keys, time.time_ns() // 1000, shape.head_blocks, shape.tail_weight)
         self._heads.setdefault(keys[0], set()).add(worker_id)
         capacity = self._capacity.get(worker_id, self._default_capacity)
-        while len(blocks) > capacity:
+        while blocks.units > capacity:
             self._evict_oldest(worker_id, blocks)
 
     def _evict_oldest(self, worker_id: str, blocks: BlockLRU) -> None:
@@ -127,10 +130,18 @@ class MemoryResidency:
     def resident_blocks(self, worker_id: str) -> int:
         return len(self._blocks.get(worker_id, ()))
 
+    def links_within(self, worker_id: str, units: int) -> int:
+        """How many links ``units`` of capacity hold at the worker's present mix of head
+        and tail links: a store that caps by count (Redis) caps at this."""
+        blocks = self._blocks.get(worker_id)
+        if not blocks:
+            return units
+        return max(1, units * len(blocks) // blocks.units)
+
     def export(self) -> dict[str, WorkerBlocks]:
         """A copy of the whole picture (pending records applied), for a snapshot on disk."""
         self._flush()
-        out = {w: WorkerBlocks([(key_block(k), s) for k, s in blocks.items()],
+        out = {w: WorkerBlocks([(key_block(k), s, n) for k, s, n in blocks.items()],
                                capacity=self._capacity.get(w))
                for w, blocks in self._blocks.items()}
         for head, holders in self._heads.items():
@@ -145,8 +156,8 @@ class MemoryResidency:
             if saved.capacity is not None:
                 self._capacity[worker_id] = saved.capacity
             blocks = self._blocks[worker_id] = BlockLRU()
-            for block, stamp in saved.blocks:  # oldest first: touch order is LRU order
-                blocks.touch(block_key(block), stamp)
+            for block, stamp, weight in saved.blocks:  # oldest first: touch order is LRU
+                blocks.touch(block_key(block), stamp, weight)
             for head in saved.heads:
                 self._heads.setdefault(block_key(head), set()).add(worker_id)
 

@@ -4,10 +4,11 @@ Layout: one sorted set per worker, ``{prefix}res:{{worker}}`` (the worker id is 
 tag, so on Redis Cluster the workers' sets spread over the masters), member = an 8-byte chain link,
 score = last use in microseconds minus the link's index in its chain. Why a sorted set
 rather than a hash: the score *is* the LRU order, so capacity is one ``ZREMRANGEBYRANK``
-(drop all but the newest ``capacity`` members) and per-entry expiry is one
-``ZREMRANGEBYSCORE`` below ``now - ttl``, both O(log n + removed) on the server, with no
-client-side bookkeeping shared between router replicas; membership is still an O(1)
-``ZSCORE`` (the set keeps a dict beside its skiplist). Subtracting the index makes the
+(drop all but the newest ``capacity`` members; a capacity in head blocks becomes members
+at the mix of head and tail links the local mirror holds, ``ChainShape``) and per-entry
+expiry is one ``ZREMRANGEBYSCORE`` below ``now - ttl``, both O(log n + removed) on the
+server, with no client-side bookkeeping shared between router replicas; membership is
+still an O(1) ``ZSCORE`` (the set keeps a dict beside its skiplist). Subtracting the index makes the
 leading blocks of a chain the most recent, so LRU trims tails before heads and the
 "resident blocks form a prefix" property that binary search relies on survives eviction.
 The key itself also carries a TTL, renewed by every write, so an abandoned worker's set
@@ -45,6 +46,7 @@ from redis.exceptions import NoScriptError
 
 from router.infra.metrics import RouterMetrics
 from router.infra.redis_client import RedisClient, is_cluster, timed
+from router.residency.base import UNIFORM, ChainShape
 from router.residency.memory import MemoryResidency
 
 log = logging.getLogger(__name__)
@@ -131,8 +133,8 @@ class RedisResidency:
 
     def __init__(self, client: RedisClient, metrics: RouterMetrics, *, key_prefix: str,
                  ttl_s: float, timeout_ms: float, default_capacity: int = 65536,
-                 flush_interval_s: float = 0.05, batch_size: int = 256,
-                 max_pending: int = 10000) -> None:
+                 shape: ChainShape = UNIFORM, flush_interval_s: float = 0.05,
+                 batch_size: int = 256, max_pending: int = 10000) -> None:
         self._redis = client
         self._metrics = metrics
         self._prefix = key_prefix
@@ -151,7 +153,7 @@ class RedisResidency:
         self._script = client.register_script(MATCH_LUA)
         self._cluster = is_cluster(client)
         self._cluster_loaded = False  # MATCH_LUA loaded on every master
-        self.local = MemoryResidency(default_capacity)
+        self.local = MemoryResidency(default_capacity, shape)
         self.backoff = Backoff()
 
     def key(self, worker_id: str) -> str:
@@ -325,7 +327,10 @@ class RedisResidency:
                 pipe.zremrangebyscore(self.key(worker_id), "-inf", stamp)
             for worker_id, members in scores.items():
                 key = self.key(worker_id)
-                capacity = self._capacity.get(worker_id, self._default_capacity)
+                # a sorted set caps by count: the links the capacity holds at the mix of
+                # head and tail links this replica's mirror sees on the worker
+                capacity = self.local.links_within(
+                    worker_id, self._capacity.get(worker_id, self._default_capacity))
                 pipe.zadd(key, members)
                 pipe.zremrangebyscore(key, "-inf", f"({oldest}")
                 pipe.zremrangebyrank(key, 0, -(capacity + 1))

@@ -9,7 +9,8 @@ turned over, and a stale "warm" is worse than a cold start. What the file cannot
 
 Format: a magic line, a length-prefixed JSON header (creation time; per worker its id,
 capacity and the counts below), then per worker its blocks oldest first as fixed-width
-bytes, their stamps as little-endian int64, and the chain heads it holds. Binary because
+bytes, their stamps as little-endian int64, their weights (``ChainShape``) as bytes, and
+the chain heads it holds. Binary because
 a fleet's picture runs to millions of 8-byte blocks; the copy is taken on the event loop
 (C-speed), the encoding and the write run in a thread, and the write is atomic (a
 temporary file renamed over the old one), so a crash mid-save leaves the previous file.
@@ -33,8 +34,10 @@ from router.residency.memory import MemoryResidency, WorkerBlocks
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"prefix-router residency v2\n"  # v2: sha256 chain links (v1's blake2b links
-# name nothing this router hashes: such a file is refused, not restored as dead weight)
+MAGIC = b"prefix-router residency v3\n"  # v3: each block's weight
+MAGIC_V2 = b"prefix-router residency v2\n"  # sha256 links as v3, no weights: each weighs one
+# (v1's blake2b links name nothing this router hashes: such a file is refused, not
+# restored as dead weight)
 _LENGTH = struct.Struct("<I")
 
 
@@ -61,14 +64,15 @@ def encode(workers: dict[str, WorkerBlocks], created: float) -> bytes:
     entries: list[dict[str, object]] = []
     body: list[bytes] = []
     for worker_id, saved in workers.items():
-        blocks = [b for b, _ in saved.blocks]
+        blocks = [b for b, _, _ in saved.blocks]
         width = len(blocks[0]) if blocks else 8
         if any(len(b) != width for b in blocks) or any(len(h) != width for h in saved.heads):
             log.warning("residency snapshot: %s has blocks of mixed widths; skipped", worker_id)
             continue
         entries.append({"id": worker_id, "capacity": saved.capacity, "width": width,
                         "blocks": len(blocks), "heads": len(saved.heads)})
-        body += [b"".join(blocks), _stamps([s for _, s in saved.blocks]), b"".join(saved.heads)]
+        body += [b"".join(blocks), _stamps([s for _, s, _ in saved.blocks]),
+                 bytes(n for _, _, n in saved.blocks), b"".join(saved.heads)]
     head = orjson.dumps({"created": created, "workers": entries})
     return b"".join([MAGIC, _LENGTH.pack(len(head)), head, *body])
 
@@ -88,9 +92,10 @@ class _Reader:
 
 def decode(data: bytes) -> tuple[float, dict[str, WorkerBlocks]]:
     """(creation time, workers) of a snapshot; SnapshotError if it is not one."""
-    if not data.startswith(MAGIC):
+    weighed = data.startswith(MAGIC)
+    if not weighed and not data.startswith(MAGIC_V2):
         raise SnapshotError("not a residency snapshot")
-    reader = _Reader(data, len(MAGIC))
+    reader = _Reader(data, len(MAGIC))  # both magics are as long
     try:
         (length,) = _LENGTH.unpack(reader.take(_LENGTH.size))
         header = orjson.loads(reader.take(length))
@@ -99,10 +104,12 @@ def decode(data: bytes) -> tuple[float, dict[str, WorkerBlocks]]:
             width, n, h = int(entry["width"]), int(entry["blocks"]), int(entry["heads"])
             if width <= 0:
                 raise SnapshotError("residency snapshot has a zero block width")
-            raw, stamps, heads = reader.take(width * n), reader.take(8 * n), reader.take(width * h)
+            raw, stamps = reader.take(width * n), reader.take(8 * n)
+            weights = reader.take(n) if weighed else bytes([1]) * n
+            heads = reader.take(width * h)
             capacity = entry.get("capacity")
             workers[str(entry["id"])] = WorkerBlocks(
-                list(zip(_split(raw, width), _unstamps(stamps), strict=True)),
+                list(zip(_split(raw, width), _unstamps(stamps), weights, strict=True)),
                 _split(heads, width), None if capacity is None else int(capacity))
         return float(header["created"]), workers
     except SnapshotError:

@@ -9,9 +9,10 @@ from router.fleet.workers import WorkerPool
 from router.infra.metrics import RouterMetrics
 from router.infra.redis_client import make_client
 from router.infra.supervisor import SUPERVISOR, Supervisor, supervisor_ctx
-from router.residency.base import ResidencyStore
+from router.residency.base import ChainShape, ResidencyStore
 from router.residency.memory import MemoryResidency
 from router.residency.redis import RedisResidency
+from router.routing.keys import TAIL_FACTOR
 from router.routing.pipeline import Pipeline
 from router.routing.policies import PolicyKnobs, make_policy
 from router.server import admin, handlers, openapi, passthrough, responses, route_trace
@@ -44,12 +45,13 @@ def build_app(config: RouterConfig) -> web.Application:
     metrics = RouterMetrics()
     app[SUPERVISOR] = Supervisor(metrics.background_errors)
     redis = make_client(config.redis_url) if config.redis_url else None
-    residency: ResidencyStore = MemoryResidency(default_capacity=config.residency_capacity)
+    shape = ChainShape(config.max_blocks, TAIL_FACTOR)
+    residency: ResidencyStore = MemoryResidency(config.residency_capacity, shape)
     if redis is not None:
         residency = RedisResidency(redis, metrics, key_prefix=config.redis_key_prefix,
                                    ttl_s=config.residency_ttl_s,
                                    timeout_ms=config.redis_timeout_ms,
-                                   default_capacity=config.residency_capacity)
+                                   default_capacity=config.residency_capacity, shape=shape)
     pool = WorkerPool()
     upstream = load_upstream(config)  # read now: a bad file fails the start, not a request
     state = RouterState(

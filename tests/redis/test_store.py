@@ -11,6 +11,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from router.infra.metrics import RouterMetrics
 from router.infra.redis_client import make_client
+from router.residency.base import ChainShape
 from router.residency.redis import RedisResidency
 from tests.support import free_port
 
@@ -67,6 +68,26 @@ async def test_capacity_keeps_prefixes_and_keys_expire(redis_server) -> None:
     s.forget("w")
     await s.flush()
     assert not r.exists("t:res:{w}")
+    await s._redis.aclose()
+
+
+async def test_capacity_counts_tail_links_by_their_weight(redis_server) -> None:
+    """A capacity in head blocks holds fewer long tail links: the shared set keeps as many
+    members as the capacity holds at the mix the mirror sees (6 head + 4 tail links of
+    weight 4 = 22 units in 10 links), not one member per unit."""
+    s = store(redis_server.url, shape=ChainShape(head_blocks=6, tail_weight=4))
+    s.set_capacity("w", 44)
+    s.record("w", chain("a", 10))
+    s.record("w", chain("b", 10))
+    await s.flush()
+    r = redis_server.client()
+    assert r.zcard("t:res:{w}") == 20  # 44 units: both chains whole
+    s.record("w", chain("c", 10))
+    await s.flush()
+    assert r.zcard("t:res:{w}") == 20  # 66 units on a 44-unit worker: 20 links, not 44
+    assert await s.match(chain("c", 10), ["w"]) == {"w": 10}
+    s.local.forget("w")  # ask Redis alone
+    assert await s.match(chain("a", 10), ["w"]) == {}
     await s._redis.aclose()
 
 

@@ -8,8 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from router.residency.base import ChainShape
 from router.residency.memory import MemoryResidency
-from router.residency.snapshot import MAGIC, ResidencySnapshot, SnapshotError, decode, encode
+from router.residency.snapshot import (
+    MAGIC,
+    MAGIC_V2,
+    ResidencySnapshot,
+    SnapshotError,
+    decode,
+    encode,
+)
+
+SHAPE = ChainShape(head_blocks=8, tail_weight=3)  # chains past 8 links weigh their tail
 
 
 def _chain(tag: str, n: int) -> tuple[bytes, ...]:
@@ -17,10 +27,10 @@ def _chain(tag: str, n: int) -> tuple[bytes, ...]:
 
 
 async def _filled() -> MemoryResidency:
-    store = MemoryResidency(default_capacity=100)
+    store = MemoryResidency(default_capacity=100, shape=SHAPE)
     store.set_capacity("w1", 50)
     store.record("w0", _chain("a", 10))
-    store.record("w1", _chain("b", 60))  # over w1's capacity: its oldest ten are evicted
+    store.record("w1", _chain("b", 24))  # 8 + 16 x 3 units, over w1's 50: 2 tail links go
     store.record("w0", _chain("c", 3))
     await asyncio.sleep(0)
     return store
@@ -30,14 +40,31 @@ async def test_saved_picture_matches_as_before(tmp_path: Path) -> None:
     store = await _filled()
     path = tmp_path / "sub" / "res.bin"
     await ResidencySnapshot(store, str(path), ttl_s=60).save()
-    fresh = MemoryResidency(default_capacity=100)
+    fresh = MemoryResidency(default_capacity=100, shape=SHAPE)
     assert ResidencySnapshot(fresh, str(path), ttl_s=60).load() == 2
-    for chain in (_chain("a", 10), _chain("b", 60), _chain("c", 5), _chain("z", 4)):
+    assert await store.match(_chain("b", 24), ["w1"]) == {"w1": 22}
+    for chain in (_chain("a", 10), _chain("b", 24), _chain("c", 5), _chain("z", 4)):
         assert await fresh.match(chain, ["w0", "w1"]) == await store.match(chain, ["w0", "w1"])
-    assert fresh.export() == store.export()  # stamps, LRU order, heads and capacity too
-    fresh.record("w1", _chain("d", 1))  # capacity came back: w1 still holds 50
-    await asyncio.sleep(0)
-    assert fresh.resident_blocks("w1") == 50
+    assert fresh.export() == store.export()  # stamps, weights, LRU order, heads, capacity
+    fresh.record("w1", _chain("d", 1))  # capacity and weights came back: one more unit
+    await asyncio.sleep(0)  # evicts the oldest tail link, 3 units
+    assert fresh.resident_blocks("w1") == 22
+    assert await fresh.match(_chain("b", 24), ["w1"]) == {"w1": 21}
+
+
+def test_a_v2_snapshot_restores_every_block_at_weight_one() -> None:
+    """v2 files (before weights) hold the same sha256 links: kept, each weighing one."""
+    store = MemoryResidency(shape=SHAPE)
+    store._apply("w0", _chain("a", 10))
+    saved = store.export()
+    weights = bytes(n for _, _, n in saved["w0"].blocks)
+    assert weights == bytes([3, 3] + [1] * 8)  # oldest first: the tail goes first
+    v3 = encode(saved, created=1.0)
+    v2 = MAGIC_V2 + v3[len(MAGIC):].replace(weights, b"", 1)
+    restored = decode(v2)[1]["w0"]
+    assert [(b, s) for b, s, _ in restored.blocks] == [(b, s) for b, s, _ in saved["w0"].blocks]
+    assert {n for _, _, n in restored.blocks} == {1}
+    assert restored.heads == saved["w0"].heads
 
 
 async def test_stale_missing_or_foreign_files_start_cold(tmp_path: Path) -> None:

@@ -12,31 +12,37 @@ from router.residency.blocks import BlockLRU, block_key, chain_keys, key_block
 # few distinct keys, several sharing low bits, so probes collide and deletions shift
 KEYS = st.sampled_from([k * 64 + j for k in range(-3, 4) for j in (0, 1, 2)])
 ops = st.lists(st.one_of(st.tuples(st.just("touch"), st.lists(KEYS, max_size=40),
-                                   st.integers(-5, 50)),
-                         st.tuples(st.just("pop"), st.just([]), st.just(0))),
+                                   st.integers(-5, 50), st.integers(0, 40)),
+                         st.tuples(st.just("pop"), st.just([]), st.just(0), st.just(0))),
                min_size=1, max_size=300)
 
 
 @settings(max_examples=200, deadline=None)
 @given(ops)
 def test_block_lru_is_an_ordered_dict(script: list) -> None:
-    """A chain is touched from its end, link i stamped ``now - i`` (repeats included)."""
-    lru, model = BlockLRU(), OrderedDict[int, int]()
-    for op, keys, now in script:
+    """A chain is touched from its end, link i stamped ``now - i`` (repeats included); a
+    link first inserted at index ``tail_from`` or later weighs 5, and ``units`` sums them."""
+    lru, model, weights = BlockLRU(), OrderedDict[int, int](), dict[int, int]()
+    for op, keys, now, tail_from in script:
         if op == "touch":
-            lru.touch_chain(keys, now)
+            lru.touch_chain(keys, now, tail_from, 5)
             for link in range(len(keys) - 1, -1, -1):
+                if keys[link] not in model:
+                    weights[keys[link]] = 5 if link >= tail_from else 1
                 model[keys[link]] = now - link
                 model.move_to_end(keys[link])
         elif model:
-            assert lru.pop_oldest() == model.popitem(last=False)[0]
+            key = model.popitem(last=False)[0]
+            assert lru.pop_oldest() == key
+            del weights[key]
         assert len(lru) == len(model)
+        assert lru.units == sum(weights.values())
         assert lru.oldest_stamp() == (next(iter(model.values())) if model else None)
         for k in range(-3 * 64, 4 * 64 + 3):
             assert (k in lru) == (k in model)
             assert lru.get(k) == model.get(k)
     assert sorted(lru) == sorted(model)
-    assert lru.items() == list(model.items())
+    assert lru.items() == [(k, stamp, weights[k]) for k, stamp in model.items()]
 
 
 def test_many_blocks_survive_growth_and_log_compaction() -> None:

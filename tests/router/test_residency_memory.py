@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from router.residency.base import longest_prefix
+from router.residency.base import ChainShape, longest_prefix
 from router.residency.memory import MemoryResidency
 from router.routing.keys import prompt_key
 
@@ -70,3 +70,21 @@ async def test_cold_prompt_probes_no_worker() -> None:
     assert await res.match(chain_of(5000, 1, 4), ids) == {}
     assert await res.match(chain_of(7, 7, 4), ids) == {"w7": 4}
     assert await res.match(chain_of(7, 8, 4), ids) == {"w7": 1}  # shares the system block
+
+
+async def test_capacity_counts_tail_links_by_their_weight() -> None:
+    """A chain's tail links stand for ``tail_weight`` head blocks each (routing/keys.py):
+    three chains of 10 head + 5 tail links of weight 4 fill 90 of 100 units; a fourth
+    evicts the oldest chain's tail, which counted as one block each would have fit."""
+    def long_chain(doc: int) -> tuple[bytes, ...]:
+        return prompt_key((f"doc{doc} " * 1200).encode(), "m", 64, 10, 8).chain[:15]
+
+    res = MemoryResidency(default_capacity=100, shape=ChainShape(head_blocks=10, tail_weight=4))
+    uniform = MemoryResidency(default_capacity=100)
+    for doc in range(4):
+        res.record("w0", long_chain(doc))
+        uniform.record("w0", long_chain(doc))
+        await asyncio.sleep(0)
+    assert await res.match(long_chain(0), ["w0"]) == {"w0": 10}  # its 5 tail links: 20 units
+    assert [await res.match(long_chain(d), ["w0"]) for d in (1, 2, 3)] == [{"w0": 15}] * 3
+    assert await uniform.match(long_chain(0), ["w0"]) == {"w0": 15}  # 60 links of 100
