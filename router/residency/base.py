@@ -14,7 +14,8 @@ class ChainShape:
     ``tail_weight`` blocks each. Capacity counts these units: counted as one each, a
     120 k-token prompt's 4 KB tail links took a sixteenth of the room they hold on the
     engine, and the picture kept long-evicted histories warm (offline Mooncake: the
-    picture 57 % full while every engine was full). The default weighs every link alike."""
+    picture 50-85 % full while every engine was full). The default weighs every link
+    alike."""
 
     head_blocks: int = 1 << 30
     tail_weight: int = 1
