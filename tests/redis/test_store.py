@@ -77,9 +77,10 @@ async def test_capacity_counts_tail_links_by_their_weight(redis_server) -> None:
     weight 4 = 22 units in 10 links), not one member per unit."""
     s = store(redis_server.url, shape=ChainShape(head_blocks=6, tail_weight=4))
     s.set_capacity("w", 44)
-    s.record("w", chain("a", 10))
-    s.record("w", chain("b", 10))
-    await s.flush()
+    for name in ("a", "b"):  # scores are microseconds minus the index: a few ms apart, the
+        s.record("w", chain(name, 10))  # older chain's head is older than the newer's tail
+        await s.flush()
+        await asyncio.sleep(0.002)
     r = redis_server.client()
     assert r.zcard("t:res:{w}") == 20  # 44 units: both chains whole
     s.record("w", chain("c", 10))
