@@ -117,15 +117,13 @@ class BlockLRU:
         weight (a snapshot's restore); a request's record is ``touch_chain``."""
         self.touch_chain((key,), stamp, 0, weight)
 
-    def touch_chain(self, keys: Sequence[int], now: int, tail_from: int | None = None,
+    def touch_chain(self, keys: Sequence[int], now: int, tail_from: int = 0,
                     tail_weight: int = 1) -> None:
         """Insert or refresh a chain's keys from its end, link i stamped ``now - i``: the
         head ends most recently used, so eviction drops tails before heads. A new link from
         index ``tail_from`` on weighs ``tail_weight`` (a link's index is fixed by its hash,
         so its weight never changes). One loop over hoisted locals: a call per block cost
         ~3 µs, and a request records up to ~500."""
-        if tail_from is None:
-            tail_from = len(keys)
         if self._live + len(keys) > _LOAD * (self._mask + 1):
             self._rehash(self._live + len(keys))  # no table growth inside the loop
         index, stored, stamps, pos, log = self._index, self._keys, self._stamps, self._pos, \

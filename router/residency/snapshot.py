@@ -10,10 +10,10 @@ turned over, and a stale "warm" is worse than a cold start. What the file cannot
 Format: a magic line, a length-prefixed JSON header (creation time; per worker its id,
 capacity and the counts below), then per worker its blocks oldest first as fixed-width
 bytes, their stamps as little-endian int64, their weights (``ChainShape``) as bytes, and
-the chain heads it holds. Binary because
-a fleet's picture runs to millions of 8-byte blocks; the copy is taken on the event loop
-(C-speed), the encoding and the write run in a thread, and the write is atomic (a
-temporary file renamed over the old one), so a crash mid-save leaves the previous file.
+the chain heads it holds. Binary because a fleet's picture runs to millions of 8-byte
+blocks; the copy is taken on the event loop (C-speed), the encoding and the write run in a
+thread, and the write is atomic (a temporary file renamed over the old one), so a crash
+mid-save leaves the previous file.
 """
 
 from __future__ import annotations
