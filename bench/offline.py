@@ -22,6 +22,7 @@ import asyncio
 import heapq
 import itertools
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,15 +66,30 @@ class SimTime:
         return self.now
 
 
+# what a held stream (router/fleet/prefill_gate.py) loses live between the first byte it
+# waited for and its own arrival at the engine: the byte's way back, the dispatch, the
+# engine's parse (live RAG: 4.5 ms server time at p50, 2 ms hop)
+RELEASE_S = 0.01
+
+
 @dataclass(eq=False)
 class InFlight:
     request: BenchRequest
     worker: Worker
     attempt: Attempt
-    handle: RequestHandle
+    handle: RequestHandle | None  # None while the router holds it
     reason: str
     predicted_ttft_s: float
     first_seen: bool = False
+    ahead: list[InFlight] = field(default_factory=list)  # a held one's: sent before it
+
+    def prefilled(self) -> bool:
+        return self.first_seen or (self.handle is not None and self.handle.done)
+
+    def ttft_s(self) -> float | None:
+        """From its arrival at the router: a held one's counts the hold."""
+        first = None if self.handle is None else self.handle.stats.first_token
+        return None if first is None else first - self.request.arrival_s
 
 
 @dataclass(order=True)
@@ -92,6 +108,7 @@ class Fleet:
     clock: SimTime
     tokenizer: SimTokenizer
     live: list[list[InFlight]] = field(default_factory=list)
+    held: list[deque[InFlight]] = field(default_factory=list)  # by the prefill gate
     events: list[_Event] = field(default_factory=list)
     busy_s: list[float] = field(default_factory=list)
     done: list[InFlight] = field(default_factory=list)
@@ -101,20 +118,37 @@ class Fleet:
         """Step every engine up to ``until`` (all the way when None), queueing what each
         step's end shows (first tokens, ends) at the time it happened."""
         for i, engine in enumerate(self.engines):
-            live = self.live[i]
-            while live and (until is None or engine.sim_now < until):
+            while (self.live[i] or self.held[i]) and (until is None or engine.sim_now < until):
+                self._release(i)
+                live = self.live[i]
+                if not engine.running and engine.waiting:  # idle until a release arrives
+                    engine.sim_now = max(engine.sim_now, engine.waiting[0].req.stats.arrival)
+                    if until is not None and engine.sim_now >= until:
+                        break
                 dt = engine.step()
                 if dt is None:
                     raise RuntimeError(f"w{i} cannot schedule anything (a prompt never fits)")
                 self.busy_s[i] += dt
                 for f in live:
+                    assert f.handle is not None
                     stats = f.handle.stats
                     if not f.first_seen and stats.first_token is not None:
                         f.first_seen = True
                         self._push(stats.first_token, "first", f)
                     if f.handle.done:
                         self._push(stats.finished or engine.sim_now, "end", f)
-                self.live[i] = live = [f for f in live if not f.handle.done]
+                self.live[i] = [f for f in live if not f.handle.done]
+
+    def _release(self, i: int) -> None:
+        """Held streams go once every one sent before them has its first token, each
+        ``RELEASE_S`` after the engine's clock shows it."""
+        held, engine = self.held[i], self.engines[i]
+        while held and all(f.prefilled() for f in held[0].ahead):
+            f = held.popleft()
+            f.handle = engine.add_request(
+                self.tokenizer.encode(f.request.prompt), f.request.max_tokens,
+                arrival=max(engine.sim_now, f.request.arrival_s) + RELEASE_S)
+            self.live[i].append(f)
 
     def _push(self, at: float, kind: str, flight: InFlight) -> None:
         heapq.heappush(self.events, _Event(at, next(self._seq), kind, flight))
@@ -147,8 +181,13 @@ class Fleet:
         chosen = routed.decision.ranked[0]
         index = self.workers.index(chosen.worker)
         engine = self.engines[index]
-        attempt = self.pipeline.attempt(routed.routing, chosen, stream=True)
+        attempt = self.pipeline.attempt(routed.routing, chosen, stream=True, may_hold=True)
         chosen.worker.begin()
+        if attempt.held:
+            self.held[index].append(InFlight(
+                request, chosen.worker, attempt, None, routed.decision.reason, chosen.ttft_s,
+                ahead=[f for f in self.live[index] if not f.prefilled()] + [*self.held[index]]))
+            return
         engine.sim_now = max(engine.sim_now, now)  # an idle engine waits for the arrival
         # its own arrival: a busy engine's clock is already at the end of the step in
         # progress, and its TTFT must count the wait for that step (stamped with that clock,
@@ -179,13 +218,16 @@ def build_fleet(config: RouterConfig, workers: int, profile: str, blocks: int,
                         decode_penalty_s=config.decode_penalty_ms / 1000.0,
                         attention_tokens=config.attention_tokens,
                         offload_weight=config.offload_weight,
-                        shortlist_size=config.shortlist_size, clock=clock)
+                        shortlist_size=config.shortlist_size,
+                        prefill_gate_s=config.prefill_gate_ms / 1000.0,
+                        chunk_tokens=config.prefill_chunk_tokens, clock=clock)
     engines = [Engine(profile, EngineConfig(model_name=MODEL, num_gpu_blocks=blocks,
                                             max_model_len=max_model_len, hash_seed="0"))
                for _ in range(workers)]
     return Fleet(engines, members, pipeline, clock,
                  SimTokenizer(load_profile(profile).model.vocab),
-                 live=[[] for _ in range(workers)], busy_s=[0.0] * workers)
+                 live=[[] for _ in range(workers)], held=[deque() for _ in range(workers)],
+                 busy_s=[0.0] * workers)
 
 
 async def replay(requests: list[BenchRequest], config: RouterConfig, workers: int,
@@ -202,16 +244,16 @@ async def replay(requests: list[BenchRequest], config: RouterConfig, workers: in
 
 
 def summary(fleet: Fleet, bound: dict[str, Any]) -> dict[str, Any]:
-    ttft = [f.handle.stats.ttft * 1000 for f in fleet.done if f.handle.stats.ttft is not None]
+    ttfts = [(f, t * 1000) for f in fleet.done if (t := f.ttft_s()) is not None]
+    ttft = [t for _, t in ttfts]
     queries = sum(e.counters.prefix_queries for e in fleet.engines)
     hits = sum(e.counters.prefix_hits for e in fleet.engines)
     served = [sum(1 for f in fleet.done if f.worker is w) for w in fleet.workers]
     reasons: dict[str, int] = {}
     for f in fleet.done:
         reasons[f.reason] = reasons.get(f.reason, 0) + 1
-    errors = [abs(f.predicted_ttft_s * 1000 - f.handle.stats.ttft * 1000) /
-              max(1.0, f.handle.stats.ttft * 1000) for f in fleet.done
-              if f.predicted_ttft_s > 0 and f.handle.stats.ttft]
+    errors = [abs(f.predicted_ttft_s * 1000 - t) / max(1.0, t) for f, t in ttfts
+              if f.predicted_ttft_s > 0 and t]
     return {
         "requests": len(fleet.done),
         "hit_rate": hits / queries if queries else 0.0,
@@ -222,6 +264,7 @@ def summary(fleet: Fleet, bound: dict[str, Any]) -> dict[str, Any]:
         "requests_max_over_mean": max(served) / statistics.fmean(served),
         "predicted_ttft_error_median": statistics.median(errors) if errors else None,
         "reasons": reasons,
+        "held": sum(1 for f in fleet.done if f.ahead),  # by the prefill gate
     }
 
 

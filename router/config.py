@@ -120,6 +120,11 @@ class RouterConfig:
                                      "(vLLM's --max-num-batched-tokens), to price the delay "
                                      "a request causes the prompt queued before it; 0 off",
                                      *_NON_NEGATIVE)
+    prefill_gate_ms: float = _opt(30.0, "predicted_ttft: a stream whose first tokens would "
+                                  "fill the step finishing the prompt queued before it on "
+                                  "its worker, delaying that prompt's first token by more "
+                                  "than this, waits here until that prompt has its first "
+                                  "byte; 0 off", *_NON_NEGATIVE)
     decode_penalty_ms: float = _opt(1.0, "predicted TTFT added per request decoding on the "
                                     "worker", *_NON_NEGATIVE)
     shortlist_size: int = _opt(64, "predicted_ttft: a fleet of more workers is weighed by a "

@@ -23,7 +23,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from router.fleet.prefill_model import PrefillModel
+from router.fleet.prefill_gate import PrefillGate
+from router.fleet.prefill_model import PrefillModel, leading_work
 
 
 @dataclass(slots=True)
@@ -41,6 +42,7 @@ class WorkerCost:
     engine_excess_decoding: float = 0.0
     kv_usage: float = 0.0  # vllm:kv_cache_usage_perc, 0..1
     prefill: PrefillModel = field(default_factory=PrefillModel)
+    gate: PrefillGate = field(default_factory=PrefillGate)  # this replica's streams
 
     def queued_tokens(self, now: float | None = None) -> float:
         return self.own_queue(now) + self.shared_pending_tokens + self.engine_excess_tokens
@@ -52,10 +54,30 @@ class WorkerCost:
         elapsed = (time.monotonic() if now is None else now) - self.draining_since
         return max(0.0, self.pending_tokens - max(0.0, elapsed) * self.prefill.rate)
 
-    def dispatched(self, work: float, now: float, tokens: float = 0.0) -> None:
-        """``work``: the prefill it adds (attention priced); ``tokens``: its uncached ones."""
+    def step_delay_s(self, tokens: float, cached: float, work: float, chunk: float) -> float:
+        """How much later the last prompt queued here gets its first token if a prompt of
+        ``tokens`` uncached (``cached`` reused, ``work`` its prefill_work) joins now: its
+        first tokens fill what the step finishing that prompt has left. Steps are cut from
+        the start of the worker's busy period, so that room is counted in the prompt
+        tokens dispatched since its queue was last empty (``busy_tokens``), not in the
+        drained work ahead: mixing the two put the room at a few hundred tokens where the
+        engine left thousands (offline: a follower's predicted 20-30 ms delay was 110-190
+        ms). Those first tokens are priced at their position (``leading_work``), not as a
+        share of a long prompt's average: live, that charged 0.78 s for a 0.3 s step and
+        moved a cold 120 k-token prompt off its idle ring owner."""
+        if self.pending <= 0 or chunk <= 0 or tokens <= 0:
+            return 0.0
+        room = -self.busy_tokens % chunk
+        return leading_work(room, tokens, cached, work) / self.prefill.rate
+
+    def dispatched(self, work: float, now: float, tokens: float = 0.0,
+                   fresh: bool = False) -> None:
+        """``work``: the prefill it adds (attention priced); ``tokens``: its uncached ones;
+        ``fresh``: held until the queue ahead has its first bytes (prefill_gate.py), it
+        starts a step of its own."""
         if self.pending == 0:
             self.draining_since = now  # an empty queue: the engine starts on this one now
+        if self.pending == 0 or fresh:
             self.busy_tokens = 0.0
         self.busy_tokens += tokens
         self.pending_tokens += work

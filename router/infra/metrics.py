@@ -40,6 +40,11 @@ class RouterMetrics:
         self.hedges = Counter("prefix_router_hedges", "Requests also sent to the next worker "
                               "because their first byte was late (sent), and those the "
                               "second worker answered first (won)", ["outcome"], registry=r)
+        self.prefill_holds = Counter("prefix_router_prefill_holds", "Streams held until the "
+                                     "streams dispatched before them to their worker had "
+                                     "their first byte, because their first tokens would "
+                                     "have delayed the prompt ahead (--prefill-gate-ms)",
+                                     registry=r)
         self.latency = Histogram("prefix_router_request_latency_seconds", "Request latency "
                                  "through the router", ["route"], buckets=LATENCY_BUCKETS,
                                  registry=r)

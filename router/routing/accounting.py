@@ -2,8 +2,11 @@
 
 Dispatch adds the request's predicted prefill work (its uncached tokens, attention
 included) to the worker's pending prefill;
-its first byte moves it to decoding (the engine has computed the prompt, so the prompt is
-recorded as resident there, on the worker that actually served it); its end removes it.
+a stream takes its place in the worker's prefill gate (router/fleet/prefill_gate.py),
+held there when ``hold`` says its first tokens would delay the prompt ahead (the proxy
+awaits ``cleared`` before sending); its first byte moves it to decoding (the engine has
+computed the prompt, so the prompt is recorded as resident there, on the worker that
+actually served it); its end removes it.
 The proxy drives an Attempt through these calls; ``end`` runs in its ``finally`` so a
 failure or a client that goes away never leaves phantom load behind.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from router.fleet.prefill_gate import Ticket
 from router.fleet.workers import Worker
 from router.routing.candidate import Candidate
 from router.routing.request import RoutingRequest
@@ -21,10 +25,11 @@ from router.routing.usage import MARK, TAIL, Usage, find_usage
 
 class Attempt:
     __slots__ = ("_carry", "_on_first_byte", "ahead_tokens", "candidate", "ended", "first_byte_s",
-                 "observer", "request", "stamp", "started", "stream", "usage", "worker")
+                 "observer", "request", "stamp", "started", "stream", "ticket", "usage", "worker")
 
     def __init__(self, request: RoutingRequest, candidate: Candidate, stream: bool,
-                 on_first_byte: Callable[[Attempt], None], now: float | None = None) -> None:
+                 on_first_byte: Callable[[Attempt], None], now: float | None = None,
+                 hold: bool = False) -> None:
         self.request = request
         self.candidate = candidate
         self.worker: Worker = candidate.worker
@@ -39,7 +44,18 @@ class Attempt:
         self.started = now = time.monotonic() if now is None else now
         cost = self.worker.cost
         self.ahead_tokens = cost.queued_tokens(now)
-        cost.dispatched(candidate.prefill_work, now, candidate.uncached_tokens)
+        self.ticket: Ticket | None = cost.gate.enter(hold) if stream else None
+        cost.dispatched(candidate.prefill_work, now, candidate.uncached_tokens,
+                        fresh=self.held)
+
+    @property
+    def held(self) -> bool:
+        return self.ticket is not None and self.ticket.held
+
+    async def cleared(self) -> None:
+        """Until the worker's prefill gate lets this try be sent."""
+        if self.ticket is not None:
+            await self.worker.cost.gate.wait(self.ticket)
 
     def first_byte(self, now: float | None = None) -> None:
         """``now``: on the clock the attempt started on (the offline bench's simulated one)."""
@@ -48,6 +64,8 @@ class Attempt:
         now = time.monotonic() if now is None else now
         self.first_byte_s = now - self.started
         cost = self.worker.cost
+        if self.ticket is not None:
+            cost.gate.leave(self.ticket)
         cost.prefilled(self.candidate.prefill_work, now)
         cost.decoding += 1
         self._on_first_byte(self)
@@ -74,6 +92,8 @@ class Attempt:
         self.ended = True
         cost = self.worker.cost
         if self.first_byte_s is None:
+            if self.ticket is not None:
+                cost.gate.leave(self.ticket)
             cost.abandoned(self.candidate.prefill_work)
         else:
             cost.decoding -= 1

@@ -45,6 +45,7 @@ class Pipeline:
                  key_blocks: int, precise: PreciseKeyer | None = None,
                  decode_penalty_s: float = 0.001, offload_weight: float = 0.9,
                  attention_tokens: float = ATTENTION_TOKENS, shortlist_size: int = 64,
+                 prefill_gate_s: float = 0.0, chunk_tokens: float = 8192.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.pool = pool
         self.policy = policy
@@ -59,6 +60,8 @@ class Pipeline:
         self._decode_penalty_s = decode_penalty_s
         self._offload_weight = offload_weight
         self._attention_tokens = attention_tokens
+        self.prefill_gate_s = prefill_gate_s  # 0: no stream is held (router/fleet/prefill_gate.py)
+        self.chunk_tokens = chunk_tokens
         self.clock = clock
         self.shortlist = Shortlist(size=shortlist_size, rings=getattr(policy, "rings", None))
         self.precise: PreciseKeyer | None = None
@@ -154,9 +157,19 @@ class Pipeline:
         return decision
 
     # -- forward (the edge) and complete ---------------------------------------------
-    def attempt(self, request: RoutingRequest, candidate: Candidate, stream: bool) -> Attempt:
-        """One try on one worker; the edge calls first_byte/saw/end on it."""
-        attempt = Attempt(request, candidate, stream, self._served, self.clock())
+    def attempt(self, request: RoutingRequest, candidate: Candidate, stream: bool,
+                may_hold: bool = False) -> Attempt:
+        """One try on one worker; the edge calls first_byte/saw/end on it. ``may_hold``: the
+        edge sends it itself and awaits ``Attempt.cleared`` first (the proxy; not the
+        endpoint picker, where Envoy sends), so a stream whose first tokens would delay
+        the prompt queued ahead by more than ``prefill_gate_s`` is held."""
+        hold = (may_hold and stream and self.prefill_gate_s > 0.0
+                and candidate.worker.cost.step_delay_s(
+                    candidate.uncached_tokens, candidate.cached_tokens, candidate.prefill_work,
+                    self.chunk_tokens) > self.prefill_gate_s)
+        attempt = Attempt(request, candidate, stream, self._served, self.clock(), hold)
+        if attempt.held:
+            self.metrics.prefill_holds.inc()
         self.mean_uncached += 0.02 * (candidate.uncached_tokens - self.mean_uncached)
         if candidate.matched_blocks and not request.exact:
             # the oldest block believed warm: if the engine misses it, all older is gone

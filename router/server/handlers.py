@@ -111,7 +111,7 @@ async def route(request: web.Request, spec: Route, *, parsed: Parsed | None = No
     # cancels this handler mid-forward
 
     def begin(candidate: Candidate) -> Attempt:
-        attempt = pipeline.attempt(routing, candidate, parsed.stream)
+        attempt = pipeline.attempt(routing, candidate, parsed.stream, may_hold=True)
         if on_attempt is not None:
             on_attempt(attempt)
         return attempt

@@ -257,6 +257,7 @@ class Proxy:
 
     async def _first_byte(self, leg: Leg, path: str, body: bytes, headers: CIMultiDict[str],
                           stream: bool, method: str) -> aiohttp.ClientResponse:
+        await leg.tried.cleared()  # the prefill gate; a worker marked down expires it too
         worker = leg.tried.worker
         if worker.api_key is not None:  # its own key replaces the client's (never logged)
             headers = headers.copy()
