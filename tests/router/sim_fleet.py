@@ -41,8 +41,10 @@ class SimFleet:
         return (router or self.router).app[ROUTER]
 
 
-def sim_server(time_scale: float = 0.001) -> SimServer:
-    engine = Engine("llama-3-8b@h100-80gb", EngineConfig(model_name=MODEL, hash_seed="0"),
+def sim_server(time_scale: float = 0.001, max_model_len: int | None = None) -> SimServer:
+    longest = {} if max_model_len is None else {"max_model_len": max_model_len}
+    engine = Engine("llama-3-8b@h100-80gb",
+                    EngineConfig(model_name=MODEL, hash_seed="0", **longest),
                     ScaledClock(time_scale))
     return SimServer(engine, SimTokenizer(engine.profile.model.vocab))
 
@@ -57,8 +59,9 @@ async def start_router(urls: dict[str, str], **config: object) -> TestServer:
 
 @contextlib.asynccontextmanager
 async def sim_fleet(count: int, time_scale: float = 0.001, routers: int = 1,
+                    max_model_len: int | None = None,
                     **config: object) -> AsyncIterator[SimFleet]:
-    sims = {f"w{i}": sim_server(time_scale) for i in range(count)}
+    sims = {f"w{i}": sim_server(time_scale, max_model_len) for i in range(count)}
     servers = [TestServer(s.app(), host="127.0.0.1") for s in sims.values()]
     started: list[TestServer] = []
     try:
