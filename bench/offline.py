@@ -81,7 +81,9 @@ class InFlight:
     reason: str
     predicted_ttft_s: float
     first_seen: bool = False
-    ahead: list[InFlight] = field(default_factory=list)  # a held one's: sent before it
+    held: bool = False  # by the router's prefill gate
+    ahead: list[InFlight] = field(default_factory=list)  # a held one's: sent before it,
+    # not yet at its first token on the engine (empty: the router has yet to hear it)
 
     def prefilled(self) -> bool:
         return self.first_seen or (self.handle is not None and self.handle.done)
@@ -186,6 +188,7 @@ class Fleet:
         if attempt.held:
             self.held[index].append(InFlight(
                 request, chosen.worker, attempt, None, routed.decision.reason, chosen.ttft_s,
+                held=True,
                 ahead=[f for f in self.live[index] if not f.prefilled()] + [*self.held[index]]))
             return
         engine.sim_now = max(engine.sim_now, now)  # an idle engine waits for the arrival
@@ -264,7 +267,7 @@ def summary(fleet: Fleet, bound: dict[str, Any]) -> dict[str, Any]:
         "requests_max_over_mean": max(served) / statistics.fmean(served),
         "predicted_ttft_error_median": statistics.median(errors) if errors else None,
         "reasons": reasons,
-        "held": sum(1 for f in fleet.done if f.ahead),  # by the prefill gate
+        "held": sum(1 for f in fleet.done if f.held),  # by the prefill gate
     }
 
 

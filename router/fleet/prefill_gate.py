@@ -9,7 +9,7 @@ work ahead of it either way). So a stream whose first tokens would cost the prom
 ahead more than ``--prefill-gate-ms`` is held here until every stream dispatched to the
 worker before it has its first byte, then sent: it starts in a step of its own, a step's
 overhead and one hop later, and the prompt ahead keeps its predicted TTFT (offline RAG:
-11-36 of 1,200 requests held, p99 536 / 574 / 523 -> 509 / 511 / 496 ms on seeds 0-2).
+96-114 of 1,200 requests held, p99 536 / 574 / 523 -> 522 / 536 / 514 ms on seeds 0-2).
 
 Only streams take a place: a non-streamed answer's first byte is its last, and holding
 others until then would hold them for its whole decode. Only this router's own

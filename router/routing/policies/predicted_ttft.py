@@ -123,9 +123,9 @@ def _delay_caused_s(c: Candidate, chunk_tokens: float) -> float:
     """How much later the last prompt queued on ``c`` gets its first token if this request
     joins (``WorkerCost.step_delay_s``). Priced also where the prefill gate holds the
     request and spares that prompt (router/fleet/prefill_gate.py): offline, not pricing
-    it there gathered more of a document's questions on its holder (RAG seeds 0-2: 95.7
-    -> 97.5 % of the bound) to queue behind each other, p99 509 / 511 / 496 -> 532 / 578
-    / 515 ms."""
+    it there gathered more of a document's questions on its holder (RAG seeds 0-2: 95.5-
+    95.7 -> 96.8-97.6 % of the bound) to queue behind each other, p99 522 / 536 / 514 ->
+    534 / 565 / 518 ms."""
     return c.worker.cost.step_delay_s(c.uncached_tokens, c.cached_tokens, c.prefill_work,
                                       chunk_tokens)
 
