@@ -66,3 +66,31 @@ def test_a_request_arriving_during_a_step_counts_its_wait_for_that_step() -> Non
     assert second.arrival == 0.02
     assert second.first_token > first.first_token  # it waited for that step
     assert second.ttft > first.ttft - 0.02
+
+
+def test_a_held_follower_reaches_the_engine_after_the_prompt_ahead_has_its_first_token() -> None:
+    """The replay models the router's prefill gate: a follower whose first tokens would fill
+    the last step of the prompt ahead waits for that prompt's first token, and the prompt
+    ahead is not delayed by it as it is with the gate off."""
+    import asyncio
+
+    from bench.offline import RELEASE_S, replay, router_config
+    from bench.workloads import BenchRequest
+
+    ahead = " ".join(f"doc{i}" for i in range(6000))  # ~12,000 tokens: two steps
+    follower = " ".join(f"q{i}" for i in range(3000))  # ~6,000, arriving in the first
+    requests = [BenchRequest(0, 0.0, ahead, 16_000, 4),
+                BenchRequest(1, 0.05, follower, 8_000, 4)]
+
+    def flights(gate_ms: str) -> list:
+        fleet = asyncio.run(replay(requests, router_config(
+            "predicted_ttft", ["--prefill-gate-ms", gate_ms]), 1, "llama-3-8b@h100-80gb",
+            20_000))
+        return [next(f for f in fleet.done if f.request is r) for r in requests]
+
+    (gated_ahead, held), (sent_ahead, sent) = flights("30"), flights("0")
+    assert held.held and not sent.held and not gated_ahead.held
+    first_token = gated_ahead.handle.stats.first_token
+    assert abs(held.handle.stats.arrival - (first_token + RELEASE_S)) < 1e-9
+    assert gated_ahead.ttft_s() < sent_ahead.ttft_s() - 0.1  # its last step is its own
+    assert held.ttft_s() > held.handle.stats.ttft  # from the router: the hold counts
