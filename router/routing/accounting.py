@@ -2,7 +2,8 @@
 
 Dispatch adds the request's predicted prefill work (its uncached tokens, attention
 included) to the worker's pending prefill;
-a stream takes its place in the worker's prefill gate (router/fleet/prefill_gate.py),
+a ``gated`` stream (one the edge sends itself, under a policy that predicts, with the gate
+on) takes its place in the worker's prefill gate (router/fleet/prefill_gate.py),
 held there when ``hold`` says its first tokens would delay the prompt ahead (the proxy
 awaits ``cleared`` before sending); its first byte moves it to decoding (the engine has
 computed the prompt, so the prompt is recorded as resident there, on the worker that
@@ -29,7 +30,7 @@ class Attempt:
 
     def __init__(self, request: RoutingRequest, candidate: Candidate, stream: bool,
                  on_first_byte: Callable[[Attempt], None], now: float | None = None,
-                 hold: bool = False) -> None:
+                 gated: bool = False, hold: bool = False) -> None:
         self.request = request
         self.candidate = candidate
         self.worker: Worker = candidate.worker
@@ -44,7 +45,7 @@ class Attempt:
         self.started = now = time.monotonic() if now is None else now
         cost = self.worker.cost
         self.ahead_tokens = cost.queued_tokens(now)
-        self.ticket: Ticket | None = cost.gate.enter(hold) if stream else None
+        self.ticket: Ticket | None = cost.gate.enter(hold) if stream and gated else None
         cost.dispatched(candidate.prefill_work, now, candidate.uncached_tokens,
                         fresh=self.held)
 

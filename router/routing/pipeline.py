@@ -62,6 +62,9 @@ class Pipeline:
         self._attention_tokens = attention_tokens
         self.prefill_gate_s = prefill_gate_s  # 0: no stream is held (router/fleet/prefill_gate.py)
         self.chunk_tokens = chunk_tokens
+        # streams the proxy sends take a place in their worker's prefill gate only where
+        # one could be held: the gate on, and a policy that predicts each try's prefill
+        self.gated = prefill_gate_s > 0.0 and "ttft" in policy.needs
         self.clock = clock
         self.shortlist = Shortlist(size=shortlist_size, rings=getattr(policy, "rings", None))
         self.precise: PreciseKeyer | None = None
@@ -163,11 +166,11 @@ class Pipeline:
         edge sends it itself and awaits ``Attempt.cleared`` first (the proxy; not the
         endpoint picker, where Envoy sends), so a stream whose first tokens would delay
         the prompt queued ahead by more than ``prefill_gate_s`` is held."""
-        hold = (may_hold and stream and self.prefill_gate_s > 0.0
-                and candidate.worker.cost.step_delay_s(
-                    candidate.uncached_tokens, candidate.cached_tokens, candidate.prefill_work,
-                    self.chunk_tokens) > self.prefill_gate_s)
-        attempt = Attempt(request, candidate, stream, self._served, self.clock(), hold)
+        gated = may_hold and stream and self.gated
+        hold = gated and candidate.worker.cost.step_delay_s(
+            candidate.uncached_tokens, candidate.cached_tokens, candidate.prefill_work,
+            self.chunk_tokens) > self.prefill_gate_s
+        attempt = Attempt(request, candidate, stream, self._served, self.clock(), gated, hold)
         if attempt.held:
             self.metrics.prefill_holds.inc()
         self.mean_uncached += 0.02 * (candidate.uncached_tokens - self.mean_uncached)

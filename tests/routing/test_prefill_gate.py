@@ -116,6 +116,7 @@ async def test_a_stream_that_would_fill_the_last_step_of_the_prompt_ahead_is_hel
     assert not _try(pipeline, worker, 200).held
     assert not _try(pipeline, worker, 6_000, stream=False).held  # its first byte is its last
     assert not _try(pipeline, worker, 6_000, may_hold=False).held  # the endpoint picker's
+    assert len(worker.cost.gate) == 3  # the picker's try takes no place: Envoy sends it
     sent = asyncio.create_task(follower.cleared())
     assert not await settled(sent)
     ahead.first_byte()
@@ -137,6 +138,7 @@ async def test_nothing_is_held_with_the_gate_off_or_for_a_policy_without_predict
     assert not unpredicted.held
     if gate_s == 0.0:
         assert not _try(pipeline, worker, 6_000).held
+    assert not worker.cost.gate  # and no stream took a place it could never be held in
 
 
 async def test_a_held_try_that_ends_unsent_leaves_no_load_and_frees_the_next() -> None:
