@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from bench.offline import ratio_lines, run
+import asyncio
+
+from bench.offline import RELEASE_S, InFlight, ratio_lines, replay, router_config, run
 from bench.runner import RunConfig
+from bench.workloads import BenchRequest
 
 
 def config(policy: str, **extra: object) -> RunConfig:
@@ -72,17 +75,12 @@ def test_a_held_follower_reaches_the_engine_after_the_prompt_ahead_has_its_first
     """The replay models the router's prefill gate: a follower whose first tokens would fill
     the last step of the prompt ahead waits for that prompt's first token, and the prompt
     ahead is not delayed by it as it is with the gate off."""
-    import asyncio
-
-    from bench.offline import RELEASE_S, replay, router_config
-    from bench.workloads import BenchRequest
-
     ahead = " ".join(f"doc{i}" for i in range(6000))  # ~12,000 tokens: two steps
     follower = " ".join(f"q{i}" for i in range(3000))  # ~6,000, arriving in the first
     requests = [BenchRequest(0, 0.0, ahead, 16_000, 4),
                 BenchRequest(1, 0.05, follower, 8_000, 4)]
 
-    def flights(gate_ms: str) -> list:
+    def flights(gate_ms: str) -> list[InFlight]:
         fleet = asyncio.run(replay(requests, router_config(
             "predicted_ttft", ["--prefill-gate-ms", gate_ms]), 1, "llama-3-8b@h100-80gb",
             20_000))
