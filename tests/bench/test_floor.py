@@ -1,0 +1,71 @@
+"""bench.floor: each request's least TTFT (alone, idle engine, every earlier prompt cached)."""
+
+from __future__ import annotations
+
+import random
+
+from bench.floor import NEAR_MS, excess, pushed, ttft_floor_ms
+from bench.workloads import BenchRequest
+from bench.workloads.text import words
+from engine_worker.sim.engine import Engine
+from engine_worker.sim.engine_config import EngineConfig
+from engine_worker.sim.profiles import load_profile
+from engine_worker.sim.tokenizer import SimTokenizer
+
+PROFILE = "llama-3-8b@h100-80gb"
+
+
+def text(name: str, n: int) -> str:
+    return words(n, random.Random(name))  # n tokens exactly
+
+
+def requests() -> list[BenchRequest]:
+    document = text("doc", 6000)
+    prompts = [(document + text("q", 40), 6040),    # cold: the whole document
+               (document + text("r", 40), 6040),    # the document again, a new question
+               (text("other", 2000), 2000),         # a shorter cold prompt
+               (text("long", 12000), 12000)]        # a longer cold one
+    return [BenchRequest(index=i, arrival_s=0.0, prompt=p, prompt_tokens=n, max_tokens=8)
+            for i, (p, n) in enumerate(prompts)]
+
+
+def test_floor_counts_only_what_no_earlier_prompt_holds() -> None:
+    floor = ttft_floor_ms(requests(), PROFILE)
+    assert set(floor) == {0, 1, 2, 3}
+    assert floor[1] < floor[0] / 5  # the document is cached: only the question's tail
+    assert floor[2] < floor[0] < floor[3]  # cold: grows with the prompt
+
+
+def test_no_engine_starts_a_request_sooner_than_its_floor() -> None:
+    """The same requests at once on one engine (queued, its own cache): none beats its
+    floor."""
+    reqs = requests()
+    floor = ttft_floor_ms(reqs, PROFILE)
+    engine = Engine(PROFILE, EngineConfig(num_gpu_blocks=4096, max_model_len=16384,
+                                          hash_seed="0"))
+    tokenizer = SimTokenizer(load_profile(PROFILE).model.vocab)
+    handles = [engine.add_request(tokenizer.encode(r.prompt), r.max_tokens, arrival=0.0)
+               for r in reqs]
+    while not all(h.done for h in handles):
+        assert engine.step() is not None
+    for r, h in zip(reqs, handles, strict=True):
+        assert h.stats.first_token is not None
+        assert h.stats.first_token * 1000.0 >= floor[r.index] - 1e-6
+    assert handles[3].stats.first_token * 1000.0 > floor[3] + 100  # it queued behind three
+
+
+def test_excess_and_pushed_read_requests_against_their_floor() -> None:
+    floor = {0: 100.0, 1: 100.0, 2: 20.0, 3: 300.0, 4: 150.0}
+    # engine times: 0 and 4 met their floor, 1 queued 200 ms, 2 missed its cache (250 ms)
+    engine = {0: 102.0, 1: 300.0, 2: 250.0, 3: 305.0, 4: 150.0}
+    e = excess(engine, floor)
+    assert e["near"] == 3 / 5
+    assert e["p50"] == 5.0
+    # the client's median is 250 ms: 1 and 3 lie above it; 1's floor lies far under it,
+    # 3's above it
+    client = {0: 107.0, 1: 305.0, 2: 250.0, 3: 310.0, 4: 155.0}
+    assert pushed(client, floor) == 1
+    floor[3] = 250.0 - NEAR_MS + 1  # within a hop of the median: carried, not pushed
+    assert pushed(client, floor) == 1
+    floor[3] = 250.0 - NEAR_MS - 1
+    assert pushed(client, floor) == 2
