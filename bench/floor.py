@@ -7,7 +7,7 @@ engine that holds every earlier prompt of the workload: no worker can start it s
 find more of it cached. The floor is the simulator's own (same profile, 8,192-token prefill
 steps), so it holds for the simulated fleets the comparisons run, not for real vLLM.
 
-Why per request: on the Mooncake replay 92-94 % of the requests under predicted_ttft and
+Why per request: on the Mooncake replay 91-95 % of the requests under predicted_ttft and
 llm-d's reproduction reach the engine within 10 ms of their floor, and a median is then
 set by the score or so whose floor lies below it but which queued or missed above it
 (``pushed``): close counts of those leave two policies' medians close however their
@@ -108,4 +108,3 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1:])
-
