@@ -9,9 +9,11 @@ machine move from minute to minute.
 
 Targets: ``direct``; ``aiohttp_relay`` (bench/aiohttp_relay.py: aiohttp on uvloop reading
 and forwarding, nothing else, the floor under any aiohttp gateway); prefix-router as
-``prefix_router`` (prefix_aware), ``prefix_router_round_robin``, ``prefix_router_redis``
-and ``prefix_router_2p`` (``--processes 2`` sharing one Redis, both pinned to the
-system-under-test core unless ``--sut-cpus`` gives more); the Rust peers
+``prefix_router`` (its default policy, predicted_ttft; up to s33 this row ran the previous
+default, prefix_aware), ``prefix_router_POLICY`` for any other of its policies
+(``prefix_router_round_robin``, ``prefix_router_llmd_weighted``, ...),
+``prefix_router_redis`` and ``prefix_router_2p`` (``--processes 2`` sharing one Redis, both
+pinned to the system-under-test core unless ``--sut-cpus`` gives more); the Rust peers
 ``sglang_cache_aware``, ``vllm_round_robin`` and ``vllm_cache_aware``. Router CPU is every
 process of the target (children included) from /proc; streamed cells also time the first
 chunk (TTFT), which a Nagle-style delay in the hop would show.
@@ -37,6 +39,7 @@ import orjson
 from bench import fleet, gateway, peers
 from bench.runner import log
 from bench.workloads.text import block_text
+from router.config import POLICY_NAMES, RouterConfig
 
 PROMPT = block_text("overhead", 0, 900)  # ~4 KB: a few router chain blocks to hash
 
@@ -87,6 +90,7 @@ PEER_TARGETS = {"sglang_cache_aware": ("sglang_cache_aware", "cache_aware"),
                 "vllm_cache_aware": ("vllm_cache_aware", "cache_aware"),
                 "vllm_round_robin": ("vllm_cache_aware", "round_robin")}
 REDIS_TARGETS = ("prefix_router_redis", "prefix_router_2p")
+DEFAULT_POLICY = RouterConfig().policy  # the hop a user gets: what ships
 
 
 def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
@@ -119,7 +123,7 @@ def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
             picker.stop()
             raise
     if name.startswith("envoy_picker"):  # Envoy carries the bytes, prefix-router epp decides
-        picker, grpc_port = gateway.start_picker([upstream], "prefix_aware", logdir, cpus=sut)
+        picker, grpc_port = gateway.start_picker([upstream], DEFAULT_POLICY, logdir, cpus=sut)
         try:  # _lean: the response body does not reach the picker (no usage read);
             # _inline: it passes the picker chunk by chunk (bench/gateway.py)
             mode = name.removeprefix("envoy_picker").removeprefix("_") or "observed"
@@ -130,7 +134,8 @@ def _start_target(name: str, upstream: str, logdir: Path, sut: set[int],
         except Exception:
             picker.stop()
             raise
-    policy = "round_robin" if name == "prefix_router_round_robin" else "prefix_aware"
+    suffix = name.removeprefix("prefix_router_")
+    policy = suffix if suffix in POLICY_NAMES else DEFAULT_POLICY
     extra = {"prefix_router_admission": ["--admission", "true"],
              "prefix_router_2p": ["--processes", "2"]}.get(name, [])
     return [fleet.start_router([upstream], policy, logdir, cpus=sut, name=name, extra=extra,
