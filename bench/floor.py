@@ -20,6 +20,7 @@ import sys
 from collections.abc import Sequence
 
 from bench.analysis import percentile
+from bench.offline import model_len
 from bench.spread import load, per_request
 from bench.workloads import BenchRequest, make_workload
 from engine_worker.sim.engine import Engine
@@ -35,10 +36,8 @@ def ttft_floor_ms(requests: Sequence[BenchRequest], profile: str) -> dict[int, f
     """Request index -> its floor: run alone, in order, on one engine whose cache never
     evicts (as large as every prompt together)."""
     blocks = sum(r.prompt_tokens + r.max_tokens for r in requests) // 16 + 1024
-    longest = max(r.prompt_tokens + r.max_tokens for r in requests)
     engine = Engine(profile, EngineConfig(num_gpu_blocks=blocks,
-                                          max_model_len=-(-(longest + 16) // 1024) * 1024,
-                                          hash_seed="0"))
+                                          max_model_len=model_len(requests), hash_seed="0"))
     tokenizer = SimTokenizer(load_profile(profile).model.vocab)
     floors: dict[int, float] = {}
     now = 0.0

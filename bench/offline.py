@@ -23,6 +23,7 @@ import heapq
 import itertools
 import statistics
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,10 +234,15 @@ def build_fleet(config: RouterConfig, workers: int, profile: str, blocks: int,
                  busy_s=[0.0] * workers)
 
 
+def model_len(requests: Sequence[BenchRequest]) -> int:
+    """An engine's ``max_model_len`` that fits the longest request, in whole 1,024s."""
+    longest = max(r.prompt_tokens + r.max_tokens for r in requests)
+    return -(-(longest + 16) // 1024) * 1024
+
+
 async def replay(requests: list[BenchRequest], config: RouterConfig, workers: int,
                  profile: str, blocks: int) -> Fleet:
-    longest = max(r.prompt_tokens + r.max_tokens for r in requests)
-    fleet = build_fleet(config, workers, profile, blocks, -(-(longest + 16) // 1024) * 1024)
+    fleet = build_fleet(config, workers, profile, blocks, model_len(requests))
     for request in requests:
         fleet.advance(request.arrival_s)
         await fleet.apply(request.arrival_s)
