@@ -1,5 +1,5 @@
-"""``python -m bench.floor NAME``: how far each policy's first tokens are from the least any
-placement could give, request by request.
+"""``python -m bench.floor NAME [NAME ...]``: how far each policy's first tokens are from
+the least any placement could give, request by request.
 
 The hit-rate bounds (bench/bounds.py) say how much of the cache a policy used; this says
 what that and its queues cost in time. A request's *floor* is its TTFT alone on an idle
@@ -11,13 +11,20 @@ Why per request: on the Mooncake replay 91-95 % of the requests under predicted_
 llm-d's reproduction reach the engine within 10 ms of their floor, and a median is then
 set by the score or so whose floor lies below it but which queued or missed above it
 (``pushed``): close counts of those leave two policies' medians close however their
-tails differ.
+tails differ. Given several runs of one comparison, it also names the requests a policy
+pushes in most of them (a placement's habit, not a run's timing), and how often a policy
+sent a request to a worker that was decoding another (its first tokens wait out a decode
+step there).
 """
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import Sequence
+from typing import Any
+
+import orjson
 
 from bench.analysis import percentile
 from bench.offline import model_len
@@ -61,28 +68,42 @@ def excess(engine_ttft: dict[int, float], floor: dict[int, float]) -> dict[str, 
             "near": sum(e <= NEAR_MS for e in over) / len(over)}
 
 
-def pushed(client_ttft: dict[int, float], floor: dict[int, float]) -> int:
+def pushed_requests(client_ttft: dict[int, float], floor: dict[int, float]) -> set[int]:
     """Requests whose floor is over ``NEAR_MS`` below the policy's median first token and
     whose own first token came after it: what lifts a median off the floor's (the margin
     keeps out those a hop carries across)."""
     median = percentile(list(client_ttft.values()), 0.5)
-    return sum(1 for i, t in client_ttft.items() if floor[i] + NEAR_MS < median < t)
+    return {i for i, t in client_ttft.items() if floor[i] + NEAR_MS < median < t}
 
 
-def report(name: str) -> str:
-    results = load(name)
-    if not results:
-        raise SystemExit(f"no results named {name} in bench/results")
-    meta = next(iter(results.values()))["meta"]
-    requests = make_workload(meta["workload"], **meta["workload_opts"])
-    floor = ttft_floor_ms(requests, meta["profile"])
+def pushed(client_ttft: dict[int, float], floor: dict[int, float]) -> int:
+    return len(pushed_requests(client_ttft, floor))
+
+
+def sent_mid_decode(records: Sequence[dict[str, Any]]) -> dict[int, bool]:
+    """Request index -> whether its worker was streaming another request's tokens (past
+    that one's first token, before its end) when it was sent. Served requests whose worker
+    the record names (a peer's router does not say)."""
+    ok = [r for r in records if r["status"] == "ok" and r.get("first_token_s") is not None
+          and r.get("worker") is not None]
+    by_worker: dict[str, list[dict[str, Any]]] = {}
+    for r in ok:
+        by_worker.setdefault(r["worker"], []).append(r)
+    return {r["index"]: any(o is not r and o["first_token_s"] <= r["sent_s"] < o["end_s"]
+                            for o in by_worker[r["worker"]])
+            for r in ok}
+
+
+def report(name: str, results: dict[str, dict[str, Any]], floor: dict[int, float]) -> str:
     f = list(floor.values())
     lines = [f"{name}: TTFT floor (alone on an idle engine holding every earlier prompt) "
              f"p50 / p90 / p99 {percentile(f, 0.5):,.0f} / {percentile(f, 0.9):,.0f} / "
              f"{percentile(f, 0.99):,.0f} ms, {len(f)} requests", "",
              "| policy | TTFT p50 / p90 / p99 (ms) | pushed across its median | engine TTFT "
-             f"over the floor p50 / p90 (ms) | engine TTFT within {NEAR_MS:.0f} ms of it |",
-             "|---|---|---|---|---|"]
+             f"over the floor p50 / p90 (ms) | engine TTFT within {NEAR_MS:.0f} ms of it | "
+             "sent mid-decode | engine over the floor p50, sent to an idle / a decoding "
+             "worker (ms) |",
+             "|---|---|---|---|---|---|---|"]
     for policy, result in sorted(results.items()):
         client, engine = per_request(result, engine=False), per_request(result, engine=True)
         if not client:
@@ -95,14 +116,60 @@ def report(name: str) -> str:
             row += f" {e['p50']:,.1f} / {e['p90']:,.0f} | {e['near']:.0%} |"
         else:
             row += " – | – |"
+        decoding = sent_mid_decode(result["records"])
+        split = [[t - floor[i] for i, t in engine.items() if decoding.get(i) is busy]
+                 for busy in (False, True)]
+        row += f" {sum(decoding.values()) / len(decoding):.0%} | " if decoding else " – | "
+        row += " / ".join(f"{percentile(s, 0.5):,.1f}" if s else "–" for s in split) + " |"
         lines.append(row)
     return "\n".join(lines)
 
 
+def habits(names: Sequence[str], runs: Sequence[dict[str, dict[str, Any]]],
+           floor: dict[int, float]) -> str:
+    """Per policy, the requests it pushed in more than half of the runs ``names``, all of
+    one workload (one floor, the same request indices)."""
+    counts: dict[str, Counter[int]] = {}
+    for results in runs:
+        for policy, result in results.items():
+            client = per_request(result, engine=False)
+            if client:
+                counts.setdefault(policy, Counter()).update(pushed_requests(client, floor))
+    lines = [f"Requests pushed across the median in more than half of {len(runs)} runs "
+             f"({', '.join(names)}):", "",
+             "| policy | pushed per run | in more than half of the runs | those requests |",
+             "|---|---|---|---|"]
+    for policy, count in sorted(counts.items()):
+        habit = sorted(i for i, n in count.items() if 2 * n > len(runs))
+        lines.append(f"| {policy} | {sum(count.values()) / len(runs):.1f} | {len(habit)} | "
+                     f"{', '.join(map(str, habit)) or '–'} |")
+    return "\n".join(lines)
+
+
+def workload_of(results: dict[str, dict[str, Any]]) -> tuple[str, str, str]:
+    meta = next(iter(results.values()))["meta"]
+    return meta["workload"], orjson.dumps(meta["workload_opts"],
+                                          option=orjson.OPT_SORT_KEYS).decode(), meta["profile"]
+
+
 def main(argv: list[str]) -> None:
-    if len(argv) != 1:
-        raise SystemExit("usage: python -m bench.floor NAME")
-    print(report(argv[0]))
+    if not argv:
+        raise SystemExit("usage: python -m bench.floor NAME [NAME ...]")
+    runs = [load(name) for name in argv]
+    for name, results in zip(argv, runs, strict=True):
+        if not results:
+            raise SystemExit(f"no results named {name} in bench/results")
+    floors: dict[tuple[str, str, str], dict[int, float]] = {}
+    for results in runs:
+        workload, opts, profile = key = workload_of(results)
+        if key not in floors:
+            floors[key] = ttft_floor_ms(make_workload(workload, **orjson.loads(opts)), profile)
+    print("\n\n".join(report(name, results, floors[workload_of(results)])
+                       for name, results in zip(argv, runs, strict=True)))
+    if len(argv) > 1:
+        if len(floors) > 1:
+            raise SystemExit("the runs named are not of one workload: no habits across them")
+        print("\n" + habits(argv, runs, next(iter(floors.values()))))
 
 
 if __name__ == "__main__":

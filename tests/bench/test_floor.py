@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import random
 
-from bench.floor import NEAR_MS, excess, pushed, ttft_floor_ms
+from bench.floor import (
+    NEAR_MS,
+    excess,
+    habits,
+    pushed,
+    pushed_requests,
+    sent_mid_decode,
+    ttft_floor_ms,
+)
 from bench.workloads import BenchRequest
 from bench.workloads.text import words
 from engine_worker.sim.engine import Engine
@@ -69,3 +77,44 @@ def test_excess_and_pushed_read_requests_against_their_floor() -> None:
     assert pushed(client, floor) == 1
     floor[3] = 250.0 - NEAR_MS - 1
     assert pushed(client, floor) == 2
+
+
+def test_pushed_requests_are_the_ones_pushed_counts() -> None:
+    floor = {0: 100.0, 1: 100.0, 2: 20.0, 3: 300.0, 4: 150.0}
+    client = {0: 107.0, 1: 305.0, 2: 250.0, 3: 310.0, 4: 155.0}
+    assert pushed_requests(client, floor) == {1}
+    assert len(pushed_requests(client, floor)) == pushed(client, floor)
+
+
+def record(index: int, worker: str | None, sent: float, first: float, end: float,
+           status: str = "ok") -> dict[str, object]:
+    return {"index": index, "worker": worker, "sent_s": sent, "first_token_s": first,
+            "end_s": end, "status": status}
+
+
+def test_sent_mid_decode_sees_only_the_same_workers_streams_past_their_first_token() -> None:
+    records = [
+        record(0, "w0", 0.0, 1.0, 5.0),   # w0 decodes 0 from 1.0 to 5.0
+        record(1, "w0", 0.5, 2.0, 3.0),   # sent while 0 still prefilled: not mid-decode
+        record(2, "w0", 4.0, 4.5, 6.0),   # sent while 0 (and no other) decoded
+        record(3, "w1", 2.0, 2.5, 3.0),   # another worker, idle
+        record(4, "w0", 6.0, 6.5, 7.0),   # after 0 and 2 ended: idle (end is exclusive)
+        record(5, "w0", 2.5, 9.0, 9.5, status="error"),  # failed: not counted
+        record(6, None, 2.5, 3.0, 4.0),   # a peer's record names no worker
+    ]
+    assert sent_mid_decode(records) == {0: False, 1: False, 2: True, 3: False, 4: False}
+
+
+def test_habits_names_the_requests_pushed_in_most_runs() -> None:
+    floor = {0: 100.0, 1: 100.0, 2: 20.0, 3: 100.0, 4: 150.0}
+
+    def run(ttfts: dict[int, float]) -> dict[str, dict[str, object]]:
+        return {"p": {"meta": {"time_scale": 1.0}, "records": [
+            record(i, "w0", 0.0, t / 1000.0, 1.0) for i, t in ttfts.items()]}}
+
+    # median 250 ms in each: 1 is pushed in all three runs, 4 in two, 3 in one
+    runs = [run({0: 107.0, 1: 305.0, 2: 250.0, 3: 110.0, 4: 400.0}),
+            run({0: 107.0, 1: 305.0, 2: 250.0, 3: 300.0, 4: 155.0}),
+            run({0: 107.0, 1: 305.0, 2: 250.0, 3: 110.0, 4: 400.0})]
+    table = habits(["a", "b", "c"], runs, floor)
+    assert "| p | 2.0 | 2 | 1, 4 |" in table
