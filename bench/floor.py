@@ -127,21 +127,24 @@ def report(name: str, results: dict[str, dict[str, Any]], floor: dict[int, float
 
 def habits(names: Sequence[str], runs: Sequence[dict[str, dict[str, Any]]],
            floor: dict[int, float]) -> str:
-    """Per policy, the requests it pushed in more than half of the runs ``names``, all of
-    one workload (one floor, the same request indices)."""
+    """Per policy, the requests it pushed in more than half of the runs ``names`` that it
+    took part in, all of one workload (one floor, the same request indices)."""
     counts: dict[str, Counter[int]] = {}
+    taken: Counter[str] = Counter()  # runs each policy took part in
     for results in runs:
         for policy, result in results.items():
             client = per_request(result, engine=False)
             if client:
                 counts.setdefault(policy, Counter()).update(pushed_requests(client, floor))
-    lines = [f"Requests pushed across the median in more than half of {len(runs)} runs "
-             f"({', '.join(names)}):", "",
-             "| policy | pushed per run | in more than half of the runs | those requests |",
-             "|---|---|---|---|"]
+                taken[policy] += 1
+    lines = [f"Requests pushed across the median in more than half of the runs "
+             f"({', '.join(names)}) each policy took part in:", "",
+             "| policy | runs | pushed per run | in more than half of the runs | those requests |",
+             "|---|---|---|---|---|"]
     for policy, count in sorted(counts.items()):
-        habit = sorted(i for i, n in count.items() if 2 * n > len(runs))
-        lines.append(f"| {policy} | {sum(count.values()) / len(runs):.1f} | {len(habit)} | "
+        n = taken[policy]
+        habit = sorted(i for i, k in count.items() if 2 * k > n)
+        lines.append(f"| {policy} | {n} | {sum(count.values()) / n:.1f} | {len(habit)} | "
                      f"{', '.join(map(str, habit)) or '–'} |")
     return "\n".join(lines)
 

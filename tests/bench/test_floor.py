@@ -117,4 +117,7 @@ def test_habits_names_the_requests_pushed_in_most_runs() -> None:
             run({0: 107.0, 1: 305.0, 2: 250.0, 3: 300.0, 4: 155.0}),
             run({0: 107.0, 1: 305.0, 2: 250.0, 3: 110.0, 4: 400.0})]
     table = habits(["a", "b", "c"], runs, floor)
-    assert "| p | 2.0 | 2 | 1, 4 |" in table
+    assert "| p | 3 | 2.0 | 2 | 1, 4 |" in table
+    # a policy in one run of the three: its habits are that run's
+    runs[1]["q"] = runs[1]["p"]
+    assert "| q | 1 | 2.0 | 2 | 1, 3 |" in habits(["a", "b", "c"], runs, floor)
