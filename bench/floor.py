@@ -149,10 +149,11 @@ def habits(names: Sequence[str], runs: Sequence[dict[str, dict[str, Any]]],
     return "\n".join(lines)
 
 
-def workload_of(results: dict[str, dict[str, Any]]) -> tuple[str, str, str]:
+def workload_key(results: dict[str, dict[str, Any]]) -> bytes:
+    """What one floor serves: the runs' workload, its options and the profile."""
     meta = next(iter(results.values()))["meta"]
-    return meta["workload"], orjson.dumps(meta["workload_opts"],
-                                          option=orjson.OPT_SORT_KEYS).decode(), meta["profile"]
+    return orjson.dumps([meta["workload"], meta["workload_opts"], meta["profile"]],
+                        option=orjson.OPT_SORT_KEYS)
 
 
 def main(argv: list[str]) -> None:
@@ -162,12 +163,14 @@ def main(argv: list[str]) -> None:
     for name, results in zip(argv, runs, strict=True):
         if not results:
             raise SystemExit(f"no results named {name} in bench/results")
-    floors: dict[tuple[str, str, str], dict[int, float]] = {}
+    floors: dict[bytes, dict[int, float]] = {}
     for results in runs:
-        workload, opts, profile = key = workload_of(results)
+        key = workload_key(results)
         if key not in floors:
-            floors[key] = ttft_floor_ms(make_workload(workload, **orjson.loads(opts)), profile)
-    print("\n\n".join(report(name, results, floors[workload_of(results)])
+            meta = next(iter(results.values()))["meta"]
+            floors[key] = ttft_floor_ms(make_workload(meta["workload"], **meta["workload_opts"]),
+                                        meta["profile"])
+    print("\n\n".join(report(name, results, floors[workload_key(results)])
                        for name, results in zip(argv, runs, strict=True)))
     if len(argv) > 1:
         if len(floors) > 1:
