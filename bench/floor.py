@@ -36,6 +36,8 @@ from engine_worker.sim.profiles import load_profile
 from engine_worker.sim.tokenizer import SimTokenizer
 
 NEAR_MS = 10.0  # within this of its floor, a request met it (a step's overhead, a hop)
+MISSED_MS = 30.0  # over its floor by this on the engine: it computed what the floor had cached
+CAUSES = ("tick", "queued", "missed", "near")  # why_pushed's, in the tables' order
 IDLE_GAP_S = 3600.0  # between two requests: each finds the engine idle
 
 
@@ -76,10 +78,6 @@ def pushed_requests(client_ttft: dict[int, float], floor: dict[int, float]) -> s
     return {i for i, t in client_ttft.items() if floor[i] + NEAR_MS < median < t}
 
 
-def pushed(client_ttft: dict[int, float], floor: dict[int, float]) -> int:
-    return len(pushed_requests(client_ttft, floor))
-
-
 def sent_mid_decode(records: Sequence[dict[str, Any]]) -> dict[int, bool]:
     """Request index -> whether its worker was streaming another request's tokens (past
     that one's first token, before its end) when it was sent. Served requests whose worker
@@ -94,6 +92,37 @@ def sent_mid_decode(records: Sequence[dict[str, Any]]) -> dict[int, bool]:
             for r in ok}
 
 
+def why_pushed(result: dict[str, Any], pushed_ones: set[int], floor: dict[int, float]
+               ) -> Counter[str] | None:
+    """Why each pushed request crossed the median, from the records: ``tick`` it queued
+    behind a prompt sent to its worker under ``NEAR_MS`` before it (arrivals of one instant,
+    decided one after the other); ``queued`` behind older work there; ``missed`` its engine
+    TTFT is ``MISSED_MS`` over its floor with nothing ahead (it computed a prefix another
+    worker held); ``near`` its engine came within ``MISSED_MS`` of the floor, and the hop,
+    the server or a decode step carried it across. None where the records name no worker
+    or no engine TTFT (a peer's router)."""
+    records = {r["index"]: r for r in result["records"]
+               if r["status"] == "ok" and r.get("first_token_s") is not None}
+    if any(records[i].get("worker") is None or records[i].get("engine_ttft_ms") is None
+           for i in pushed_ones):
+        return None
+    scale = 1000.0 / result["meta"].get("time_scale", 1.0)
+    causes: Counter[str] = Counter()
+    for i in pushed_ones:
+        r = records[i]
+        ahead = [o for o in records.values() if o is not r and o["worker"] == r["worker"]
+                 and o["sent_s"] <= r["sent_s"] < o["first_token_s"]]
+        if any((r["sent_s"] - o["sent_s"]) * scale < NEAR_MS for o in ahead):
+            causes["tick"] += 1
+        elif ahead:
+            causes["queued"] += 1
+        elif r["engine_ttft_ms"] - floor[i] >= MISSED_MS:
+            causes["missed"] += 1
+        else:
+            causes["near"] += 1
+    return causes
+
+
 def report(name: str, results: dict[str, dict[str, Any]], floor: dict[int, float]) -> str:
     f = list(floor.values())
     lines = [f"{name}: TTFT floor (alone on an idle engine holding every earlier prompt) "
@@ -102,15 +131,18 @@ def report(name: str, results: dict[str, dict[str, Any]], floor: dict[int, float
              "| policy | TTFT p50 / p90 / p99 (ms) | pushed across its median | engine TTFT "
              f"over the floor p50 / p90 (ms) | engine TTFT within {NEAR_MS:.0f} ms of it | "
              "sent mid-decode | engine over the floor p50, sent to an idle / a decoding "
-             "worker (ms) |",
-             "|---|---|---|---|---|---|---|"]
+             "worker (ms) | pushed: behind a prompt of the same instant / behind older work "
+             "/ missed the cache / met the floor on the engine | client over engine TTFT "
+             "p50 / p90 (ms) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for policy, result in sorted(results.items()):
         client, engine = per_request(result, engine=False), per_request(result, engine=True)
         if not client:
             continue
         c = list(client.values())
+        crossed = pushed_requests(client, floor)
         row = (f"| {policy} | {percentile(c, 0.5):,.0f} / {percentile(c, 0.9):,.0f} / "
-               f"{percentile(c, 0.99):,.0f} | {pushed(client, floor)} |")
+               f"{percentile(c, 0.99):,.0f} | {len(crossed)} |")
         if engine:
             e = excess(engine, floor)
             row += f" {e['p50']:,.1f} / {e['p90']:,.0f} | {e['near']:.0%} |"
@@ -121,6 +153,12 @@ def report(name: str, results: dict[str, dict[str, Any]], floor: dict[int, float
                  for busy in (False, True)]
         row += f" {sum(decoding.values()) / len(decoding):.0%} | " if decoding else " – | "
         row += " / ".join(f"{percentile(s, 0.5):,.1f}" if s else "–" for s in split) + " |"
+        causes = why_pushed(result, crossed, floor)
+        row += (" " + " / ".join(str(causes[k]) for k in CAUSES) + " |") if causes is not None \
+            else " – |"
+        hop = [client[i] - t for i, t in engine.items() if i in client]
+        row += f" {percentile(hop, 0.5):,.1f} / {percentile(hop, 0.9):,.1f} |" if hop \
+            else " – |"
         lines.append(row)
     return "\n".join(lines)
 
@@ -130,22 +168,32 @@ def habits(names: Sequence[str], runs: Sequence[dict[str, dict[str, Any]]],
     """Per policy, the requests it pushed in more than half of the runs ``names`` that it
     took part in, all of one workload (one floor, the same request indices)."""
     counts: dict[str, Counter[int]] = {}
+    why: dict[str, Counter[str] | None] = {}  # None: some run's records name no worker
     taken: Counter[str] = Counter()  # runs each policy took part in
     for results in runs:
         for policy, result in results.items():
             client = per_request(result, engine=False)
             if client:
-                counts.setdefault(policy, Counter()).update(pushed_requests(client, floor))
+                crossed = pushed_requests(client, floor)
+                counts.setdefault(policy, Counter()).update(crossed)
+                causes = why_pushed(result, crossed, floor)
+                known = why.get(policy, Counter())
+                why[policy] = None if causes is None or known is None else known + causes
                 taken[policy] += 1
     lines = [f"Requests pushed across the median in more than half of the runs "
              f"({', '.join(names)}) each policy took part in:", "",
-             "| policy | runs | pushed per run | in more than half of the runs | those requests |",
-             "|---|---|---|---|---|"]
+             "| policy | runs | pushed per run | of which a run: behind a prompt of the same "
+             "instant / behind older work / missed the cache / met the floor on the engine | "
+             "in more than half of the runs | those requests |",
+             "|---|---|---|---|---|---|"]
     for policy, count in sorted(counts.items()):
         n = taken[policy]
         habit = sorted(i for i, k in count.items() if 2 * k > n)
-        lines.append(f"| {policy} | {n} | {sum(count.values()) / n:.1f} | {len(habit)} | "
-                     f"{', '.join(map(str, habit)) or '–'} |")
+        causes = why[policy]
+        split = " / ".join(f"{causes[k] / n:.1f}" for k in CAUSES) if causes is not None \
+            else "–"
+        lines.append(f"| {policy} | {n} | {sum(count.values()) / n:.1f} | {split} | "
+                     f"{len(habit)} | {', '.join(map(str, habit)) or '–'} |")
     return "\n".join(lines)
 
 
