@@ -9,8 +9,9 @@ the code both edges run) decides on what the engines have done until then. A run
 deterministic and takes seconds: what tuning a policy needs.
 
 What it leaves out, so the live bench stays the acceptance measure: the HTTP hop and the
-router's CPU time, the delay of scraped gauges (KV usage is read at each decision), and
-the peers that run as their own processes (sglang-router, Dynamo). The router learns as
+router's CPU time (each decision's CPU is timed and reported, not added to its TTFT), the
+delay of scraped gauges (KV usage is read at each decision), and the peers that run as
+their own processes (sglang-router, Dynamo). The router learns as
 it does live: residency at a request's first token, the prefill line from its time to
 first token (simulated) against the work it had to do, the cache feedback from usage.
 """
@@ -22,6 +23,7 @@ import asyncio
 import heapq
 import itertools
 import statistics
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -115,6 +117,7 @@ class Fleet:
     events: list[_Event] = field(default_factory=list)
     busy_s: list[float] = field(default_factory=list)
     done: list[InFlight] = field(default_factory=list)
+    decide_cpu_ns: list[int] = field(default_factory=list)  # this machine's, per decision
     _seq: itertools.count = field(default_factory=itertools.count)
 
     def advance(self, until: float | None) -> None:
@@ -179,8 +182,10 @@ class Fleet:
             w.cost.prefill.refresh()  # live: every load tick (router/fleet/load.py)
         body = orjson.dumps({"model": MODEL, "prompt": request.prompt,
                              "max_tokens": request.max_tokens, "stream": True})
+        started = time.process_time_ns()
         routed = await decide(self.pipeline, body, PATH, keys.completion_prompt_bytes,
                               request.context_hash)
+        self.decide_cpu_ns.append(time.process_time_ns() - started)
         chosen = routed.decision.ranked[0]
         index = self.workers.index(chosen.worker)
         engine = self.engines[index]
@@ -274,6 +279,9 @@ def summary(fleet: Fleet, bound: dict[str, Any]) -> dict[str, Any]:
         "predicted_ttft_error_median": statistics.median(errors) if errors else None,
         "reasons": reasons,
         "held": sum(1 for f in fleet.done if f.held),  # by the prefill gate
+        # the one figure of this machine, not of simulated time: what a decision costs the
+        # router's CPU (parse, key, signals, rank), which live adds to every request's hop
+        "decide_cpu_us_p50": statistics.median(fleet.decide_cpu_ns) / 1000.0,
     }
 
 
@@ -311,8 +319,9 @@ def compare(args: argparse.Namespace) -> None:
             print(f"[offline] {policy} seed {seed}: {orjson.dumps(result).decode()}", flush=True)
     print(f"\n`python -m bench offline {' '.join(args.argv[1:])}`\n")
     print("| policy | seed | hit rate | % of fleet-LRU bound | TTFT p50 / p90 / p99 (ms) | "
-          "max/mean busy | max/mean req | predicted TTFT error (median) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "max/mean busy | max/mean req | predicted TTFT error (median) | "
+          "decision CPU p50 (µs, this machine) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for policy, seed, r in rows:
         t = r["ttft_ms"]
         err = r["predicted_ttft_error_median"]
@@ -320,7 +329,7 @@ def compare(args: argparse.Namespace) -> None:
               f"{r['hit_rate'] / r['fleet_lru_bound']:.1%} | "
               f"{t['p50']:,.0f} / {t['p90']:,.0f} / {t['p99']:,.0f} | "
               f"{r['busy_max_over_mean']:.2f} | {r['requests_max_over_mean']:.2f} | "
-              f"{'–' if err is None else f'{err:.0%}'} |")
+              f"{'–' if err is None else f'{err:.0%}'} | {r['decide_cpu_us_p50']:,.0f} |")
     if len(policies) > 1:
         print(ratio_lines(policies[0], rows))
 
