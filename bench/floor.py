@@ -156,19 +156,20 @@ def report(name: str, results: dict[str, dict[str, Any]], floor: dict[int, float
         causes = why_pushed(result, crossed, floor)
         row += (" " + " / ".join(str(causes[k]) for k in CAUSES) + " |") if causes is not None \
             else " – |"
-        hop = [client[i] - t for i, t in engine.items() if i in client]
-        row += f" {percentile(hop, 0.5):,.1f} / {percentile(hop, 0.9):,.1f} |" if hop \
-            else " – |"
+        unseen = [client[i] - t for i, t in engine.items() if i in client]  # by the engine
+        row += f" {percentile(unseen, 0.5):,.1f} / {percentile(unseen, 0.9):,.1f} |" \
+            if unseen else " – |"
         lines.append(row)
     return "\n".join(lines)
 
 
 def habits(names: Sequence[str], runs: Sequence[dict[str, dict[str, Any]]],
            floor: dict[int, float]) -> str:
-    """Per policy, the requests it pushed in more than half of the runs ``names`` that it
-    took part in, all of one workload (one floor, the same request indices)."""
+    """Per policy, why its pushed requests crossed (``why_pushed``, a run) and those it
+    pushed in more than half of the runs ``names`` that it took part in, all of one
+    workload (one floor, the same request indices)."""
     counts: dict[str, Counter[int]] = {}
-    why: dict[str, Counter[str] | None] = {}  # None: some run's records name no worker
+    why: dict[str, Counter[str] | None] = {}  # None: some run's records cannot say
     taken: Counter[str] = Counter()  # runs each policy took part in
     for results in runs:
         for policy, result in results.items():

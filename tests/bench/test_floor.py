@@ -133,7 +133,8 @@ def test_why_pushed_tells_a_tick_a_queue_a_miss_and_a_hop_apart() -> None:
         record(3, "w1", 20.300, 20.900, 21.0, engine_ms=110.0),  # 300 ms later: queued
         record(4, "w2", 30.000, 30.400, 31.0, engine_ms=390.0),  # idle w2, 290 ms over: missed
         record(5, "w3", 40.000, 40.125, 41.0, engine_ms=110.0),  # idle, engine near its floor
-        record(6, "w0", 50.000, 50.130, 51.0, engine_ms=100.0, status="error"),  # not served
+        record(6, "w3", 39.999, 40.500, 41.0, engine_ms=500.0, status="error"),  # failed: not
+        # ahead of 5, though sent to its worker just before it
         record(7, "w3", 40.001, 40.020, 41.0, engine_ms=100.0),  # behind 5, not pushed
     ]
     result = {"meta": {"time_scale": 1.0}, "records": records}
