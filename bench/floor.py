@@ -78,18 +78,24 @@ def pushed_requests(client_ttft: dict[int, float], floor: dict[int, float]) -> s
     return {i for i, t in client_ttft.items() if floor[i] + NEAR_MS < median < t}
 
 
+def _by_worker(records: Sequence[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Served requests (a first token) whose record names their worker, per worker (a
+    peer's router does not say)."""
+    by_worker: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        if r["status"] == "ok" and r.get("first_token_s") is not None \
+                and r.get("worker") is not None:
+            by_worker.setdefault(r["worker"], []).append(r)
+    return by_worker
+
+
 def sent_mid_decode(records: Sequence[dict[str, Any]]) -> dict[int, bool]:
     """Request index -> whether its worker was streaming another request's tokens (past
     that one's first token, before its end) when it was sent. Served requests whose worker
     the record names (a peer's router does not say)."""
-    ok = [r for r in records if r["status"] == "ok" and r.get("first_token_s") is not None
-          and r.get("worker") is not None]
-    by_worker: dict[str, list[dict[str, Any]]] = {}
-    for r in ok:
-        by_worker.setdefault(r["worker"], []).append(r)
     return {r["index"]: any(o is not r and o["first_token_s"] <= r["sent_s"] < o["end_s"]
-                            for o in by_worker[r["worker"]])
-            for r in ok}
+                            for o in served)
+            for served in _by_worker(records).values() for r in served}
 
 
 def why_pushed(result: dict[str, Any], pushed_ones: set[int], floor: dict[int, float]
@@ -101,17 +107,16 @@ def why_pushed(result: dict[str, Any], pushed_ones: set[int], floor: dict[int, f
     worker held); ``near`` its engine came within ``MISSED_MS`` of the floor, and the hop,
     the server or a decode step carried it across. None where the records name no worker
     or no engine TTFT (a peer's router)."""
-    records = {r["index"]: r for r in result["records"]
-               if r["status"] == "ok" and r.get("first_token_s") is not None}
-    if any(records[i].get("worker") is None or records[i].get("engine_ttft_ms") is None
-           for i in pushed_ones):
+    by_worker = _by_worker(result["records"])
+    records = {r["index"]: r for served in by_worker.values() for r in served}
+    if any(i not in records or records[i].get("engine_ttft_ms") is None for i in pushed_ones):
         return None
     scale = 1000.0 / result["meta"].get("time_scale", 1.0)
     causes: Counter[str] = Counter()
     for i in pushed_ones:
         r = records[i]
-        ahead = [o for o in records.values() if o is not r and o["worker"] == r["worker"]
-                 and o["sent_s"] <= r["sent_s"] < o["first_token_s"]]
+        ahead = [o for o in by_worker[r["worker"]]
+                 if o is not r and o["sent_s"] <= r["sent_s"] < o["first_token_s"]]
         if any((r["sent_s"] - o["sent_s"]) * scale < NEAR_MS for o in ahead):
             causes["tick"] += 1
         elif ahead:
