@@ -115,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="comma list of workload seeds (default: --seed): one table row per "
                      "policy and seed, then the first policy's ratio to the best other at "
                      "each percentile, per seed and as geometric means")
+    off.add_argument("--burst-gap-ms", type=float, default=None,
+                     help="requests due at one instant reach the router this far apart, in "
+                     "order (default: as the live load generator sends them, "
+                     "bench/offline.py's BURST_GAP_S; 0: at one instant)")
+    off.add_argument("--repeats", type=int, default=1,
+                     help="replays per policy and seed, each request moved by a different "
+                     "jitter under the gap: the percentiles' means and spreads")
     rp = sub.add_parser("replot", help="table and plots again from a comparison's JSON files")
     rp.add_argument("--name", required=True, help="file stem, e.g. rag")
     rp.add_argument("--out-dir", type=Path, default=RESULTS)

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import asyncio
 
-from bench.offline import RELEASE_S, InFlight, ratio_lines, replay, router_config, run
+from bench.offline import (
+    BURST_GAP_S,
+    RELEASE_S,
+    InFlight,
+    ratio_lines,
+    repeated,
+    replay,
+    router_config,
+    run,
+    spaced,
+)
 from bench.runner import RunConfig
 from bench.workloads import BenchRequest
 
@@ -96,3 +106,49 @@ def test_a_held_follower_reaches_the_engine_after_the_prompt_ahead_has_its_first
     assert abs(held.handle.stats.arrival - (first_token + RELEASE_S)) < 1e-9
     assert gated_ahead.ttft_s() < sent_ahead.ttft_s() - 0.1  # its last step is its own
     assert held.ttft_s() > held.handle.stats.ttft  # from the router: the hold counts
+
+
+def test_a_burst_reaches_the_router_spaced_in_its_order() -> None:
+    """Requests due at one instant come ``gap`` apart in their order, as the live load
+    generator sends them; a jitter moves each by less than another gap, order kept."""
+    import random
+
+    due = [0.0, 0.0, 0.0, 3.0, 6.0, 6.0]
+    requests = [BenchRequest(i, t, f"q{i}", 2, 4) for i, t in enumerate(due)]
+    assert [r.arrival_s for r in spaced(requests, 0.001)] == \
+        [0.0, 0.001, 0.002, 3.0, 6.0, 6.001]
+    assert spaced(requests, 0.0) == requests
+    moved = [r.arrival_s for r in spaced(requests, 0.001, random.Random(7))]
+    assert moved == sorted(moved)
+    assert all(0.0 <= m - (t + p * 0.001) < 0.001
+               for m, t, p in zip(moved, due, [0, 1, 2, 0, 0, 1], strict=True))
+
+
+def test_a_burst_spaced_does_not_share_the_first_prompts_step() -> None:
+    """At one instant two prompts on an idle engine were admitted into one prefill step and
+    got their first tokens together; 0.33 ms apart, the first starts alone and the second
+    waits for its step, as live."""
+    first = " ".join(f"doc{i}" for i in range(1500))  # ~3,000 tokens: under one step
+    requests = [BenchRequest(0, 0.0, first, 4000, 4), BenchRequest(1, 0.0, "a question", 16, 4)]
+
+    def stats(gap_s: float):
+        fleet = asyncio.run(replay(spaced(requests, gap_s), router_config("round_robin", []),
+                                   1, "llama-3-8b@h100-80gb", 20_000))
+        return [next(f.handle.stats for f in fleet.done if f.request.index == r.index)
+                for r in requests]
+
+    (a, b), (a2, b2) = stats(0.0), stats(BURST_GAP_S)
+    assert b.first_token == a.first_token  # one step for both
+    assert b2.arrival == BURST_GAP_S and b2.first_token > a2.first_token
+
+
+def test_repeats_report_each_percentiles_mean_and_spread() -> None:
+    cfg = config("predicted_ttft")
+    cfg.workload_opts = {**cfg.workload_opts, "count": 60}
+    result = repeated(cfg, 3, gap_s=0.05)
+    singles = [run(cfg, 0.05, jitter_seed=k)["ttft_ms"]["p50"] for k in range(3)]
+    assert result["repeats"] == 3
+    assert abs(result["ttft_ms"]["p50"] - sum(singles) / 3) < 1e-9
+    assert set(result["ttft_ms_sd"]) == {"p50", "p90", "p99"}
+    assert len(set(singles)) > 1  # each repeat moved the arrivals differently
+    assert result["ttft_ms_sd"]["p50"] > 0.0
