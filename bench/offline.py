@@ -266,12 +266,12 @@ async def replay(requests: list[BenchRequest], config: RouterConfig, workers: in
 
 def spaced(requests: Sequence[BenchRequest], gap_s: float = BURST_GAP_S,
            jitter: random.Random | None = None) -> list[BenchRequest]:
-    """The requests as they reach the router live: those due at one instant (a trace's
-    timestamps are 3 s apart at their finest) ``gap_s`` apart in their order, each moved up
-    to a further ``gap_s`` by ``jitter`` when given. Sent at one instant, a burst's prompts
-    on one idle engine shared its first prefill step; live the first starts alone and the
-    next waits for that step (offline Mooncake seed 0, llm-d's reproduction: p50 189 ms at
-    one instant, 191 spaced)."""
+    """The requests as they reach the router live: those due at one instant (the Mooncake
+    trace's timestamps are 3 s apart at their finest) ``gap_s`` apart in their order, each
+    moved up to a further ``gap_s`` by ``jitter`` when given. Sent at one instant, a burst's
+    prompts on one idle engine shared its first prefill step; live the first starts alone
+    and the next waits for that step (offline Mooncake seed 0, llm-d's reproduction: p50
+    189 ms at one instant, 191 spaced)."""
     out = []
     due, position = None, 0
     for r in requests:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 
 from bench.offline import (
     BURST_GAP_S,
@@ -111,8 +112,6 @@ def test_a_held_follower_reaches_the_engine_after_the_prompt_ahead_has_its_first
 def test_a_burst_reaches_the_router_spaced_in_its_order() -> None:
     """Requests due at one instant come ``gap`` apart in their order, as the live load
     generator sends them; a jitter moves each by less than another gap, order kept."""
-    import random
-
     due = [0.0, 0.0, 0.0, 3.0, 6.0, 6.0]
     requests = [BenchRequest(i, t, f"q{i}", 2, 4) for i, t in enumerate(due)]
     assert [r.arrival_s for r in spaced(requests, 0.001)] == \
