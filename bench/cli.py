@@ -110,7 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     _workload_args(off)
     _fleet_args(off)
     off.add_argument("--policies", default="predicted_ttft,llmd_weighted,consistent_hash,"
-                     "least_loaded,round_robin,prefix_aware")
+                     "least_loaded,round_robin,prefix_aware",
+                     help="comma list of router policies; greedy_oracle (bench only, minutes "
+                     "a run): each request to the worker that gives it its first token "
+                     "soonest, every engine simulated forward")
     off.add_argument("--seeds", default=None,
                      help="comma list of workload seeds (default: --seed): one table row per "
                      "policy and seed, then the first policy's ratio to the best other at "

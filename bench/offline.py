@@ -28,6 +28,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Sequence
+from copy import deepcopy
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,7 @@ from router.residency.base import ChainShape
 from router.residency.memory import MemoryResidency
 from router.routing import keys
 from router.routing.accounting import Attempt
+from router.routing.candidate import Candidate
 from router.routing.pipeline import Pipeline
 from router.routing.policies import PolicyKnobs, make_policy
 from router.routing.usage import Usage
@@ -80,6 +82,9 @@ RELEASE_S = 0.01
 # (live Mooncake s33: 0.33 ms at p50 between requests due at the same instant of the trace)
 BURST_GAP_S = 0.00033
 PERCENTILES = ("p50", "p90", "p99")
+# a bench-only policy name: each request to the worker that gives it its first token
+# soonest, found by simulating every engine forward (``Fleet._soonest``; minutes a run)
+ORACLE = "greedy_oracle"
 
 
 @dataclass(eq=False)
@@ -125,6 +130,7 @@ class Fleet:
     busy_s: list[float] = field(default_factory=list)
     done: list[InFlight] = field(default_factory=list)
     decide_cpu_ns: list[int] = field(default_factory=list)  # this machine's, per decision
+    oracle: bool = False  # place by ``_soonest`` instead of the router's decision
     _seq: itertools.count = field(default_factory=itertools.count)
 
     def advance(self, until: float | None) -> None:
@@ -193,25 +199,46 @@ class Fleet:
         routed = await decide(self.pipeline, body, PATH, keys.completion_prompt_bytes,
                               request.context_hash)
         self.decide_cpu_ns.append(time.process_time_ns() - started)
-        chosen = routed.decision.ranked[0]
+        chosen, reason = routed.decision.ranked[0], routed.decision.reason
+        tokens = self.tokenizer.encode(request.prompt)
+        if self.oracle:
+            chosen, reason = self._soonest(routed.decision.ranked, tokens, now), ORACLE
         index = self.workers.index(chosen.worker)
         engine = self.engines[index]
-        attempt = self.pipeline.attempt(routed.routing, chosen, stream=True, may_hold=True)
+        attempt = self.pipeline.attempt(routed.routing, chosen, stream=True,
+                                        may_hold=not self.oracle)
         chosen.worker.begin()
         if attempt.held:
             self.held[index].append(InFlight(
-                request, chosen.worker, attempt, None, routed.decision.reason, chosen.ttft_s,
-                held=True,
+                request, chosen.worker, attempt, None, reason, chosen.ttft_s, held=True,
                 ahead=[f for f in self.live[index] if not f.prefilled()] + [*self.held[index]]))
             return
         engine.sim_now = max(engine.sim_now, now)  # an idle engine waits for the arrival
         # its own arrival: a busy engine's clock is already at the end of the step in
         # progress, and its TTFT must count the wait for that step (stamped with that clock,
         # a follower on a busy worker looked up to one 8k-token step, ~300 ms, sooner)
-        handle = engine.add_request(self.tokenizer.encode(request.prompt), request.max_tokens,
-                                    arrival=now)
-        self.live[index].append(InFlight(request, chosen.worker, attempt, handle,
-                                         routed.decision.reason, chosen.ttft_s))
+        handle = engine.add_request(tokens, request.max_tokens, arrival=now)
+        self.live[index].append(InFlight(request, chosen.worker, attempt, handle, reason,
+                                         chosen.ttft_s))
+
+    def _soonest(self, ranked: Sequence[Candidate], tokens: list[int], now: float
+                 ) -> Candidate:
+        """The greedy clairvoyant's choice: the worker whose engine, copied and stepped on
+        with nothing arriving after this request, gives it its first token soonest (at a
+        tie, the one with fewer requests). What no router can know; it bounds what placing
+        one request at a time could do for each request's own TTFT."""
+        def first_token(i: int) -> tuple[float, int]:
+            engine = self.engines[i]
+            trial = deepcopy(engine, {id(engine.metrics): engine.metrics})  # a lock inside
+            trial.sim_now = max(trial.sim_now, now)
+            handle = trial.add_request(tokens, 1, arrival=now)
+            while handle.stats.first_token is None:
+                if trial.step() is None:
+                    raise RuntimeError(f"w{i} cannot schedule a prompt it accepted")
+            return handle.stats.first_token, len(self.live[i])
+
+        worker = self.workers[min(range(len(self.engines)), key=first_token)]
+        return next((c for c in ranked if c.worker is worker), None) or Candidate(worker)
 
 
 def build_fleet(config: RouterConfig, workers: int, profile: str, blocks: int,
@@ -253,8 +280,9 @@ def model_len(requests: Sequence[BenchRequest]) -> int:
 
 
 async def replay(requests: list[BenchRequest], config: RouterConfig, workers: int,
-                 profile: str, blocks: int) -> Fleet:
+                 profile: str, blocks: int, oracle: bool = False) -> Fleet:
     fleet = build_fleet(config, workers, profile, blocks, model_len(requests))
+    fleet.oracle = oracle
     for request in requests:
         fleet.advance(request.arrival_s)
         await fleet.apply(request.arrival_s)
@@ -326,9 +354,11 @@ def run(cfg: RunConfig, gap_s: float = BURST_GAP_S, jitter_seed: int | None = No
     blocks, _ = plan_blocks(cfg, requests)
     bound = bounds.compute(requests, blocks, cfg.workers).as_dict()
     jitter = None if jitter_seed is None else random.Random(jitter_seed)
+    oracle = cfg.policy == ORACLE  # the router's cheapest decision, then overridden
     fleet = asyncio.run(replay(spaced(requests, gap_s, jitter),
-                               router_config(cfg.policy, cfg.router_extra),
-                               cfg.workers, cfg.profile, blocks))
+                               router_config("round_robin" if oracle else cfg.policy,
+                                             cfg.router_extra),
+                               cfg.workers, cfg.profile, blocks, oracle))
     return summary(fleet, bound)
 
 

@@ -7,6 +7,7 @@ import random
 
 from bench.offline import (
     BURST_GAP_S,
+    ORACLE,
     RELEASE_S,
     InFlight,
     ratio_lines,
@@ -151,3 +152,24 @@ def test_repeats_report_each_percentiles_mean_and_spread() -> None:
     assert set(result["ttft_ms_sd"]) == {"p50", "p90", "p99"}
     assert len(set(singles)) > 1  # each repeat moved the arrivals differently
     assert result["ttft_ms_sd"]["p50"] > 0.0
+
+
+def test_the_greedy_oracle_sends_each_request_where_its_first_token_comes_soonest() -> None:
+    """A follow-up goes to the worker that holds its prefix; a short prompt arriving with a
+    long one goes to the other, idle worker; an unknown policy name never reaches the
+    router (the oracle is the bench's)."""
+    doc = " ".join(f"doc{i}" for i in range(2000))  # ~4,000 tokens
+    other = " ".join(f"other{i}" for i in range(4000))  # ~12,000
+    requests = [BenchRequest(0, 0.0, doc, 5000, 4),
+                BenchRequest(1, 5.0, doc + " and a question", 5000, 4),
+                BenchRequest(2, 10.0, other, 13_000, 4),
+                BenchRequest(3, 10.0001, "a short question", 16, 4)]
+    fleet = asyncio.run(replay(requests, router_config("round_robin", []), 2,
+                               "llama-3-8b@h100-80gb", 20_000, oracle=True))
+    placed = {f.request.index: f.worker.id for f in fleet.done}
+    assert placed[1] == placed[0]  # warm
+    assert placed[3] != placed[2]  # not behind the long prefill
+    assert {f.reason for f in fleet.done} == {ORACLE}
+    blind = asyncio.run(replay(requests, router_config("round_robin", []), 2,
+                               "llama-3-8b@h100-80gb", 20_000))
+    assert {f.request.index: f.worker.id for f in blind.done} != placed
