@@ -99,6 +99,7 @@ class InFlight:
     held: bool = False  # by the router's prefill gate
     ahead: list[InFlight] = field(default_factory=list)  # a held one's: sent before it,
     # not yet at its first token on the engine (empty: the router has yet to hear it)
+    tokens: list[int] = field(default_factory=list)  # a held one's prompt, for its release
 
     def prefilled(self) -> bool:
         return self.first_seen or (self.handle is not None and self.handle.done)
@@ -165,7 +166,7 @@ class Fleet:
         while held and all(f.prefilled() for f in held[0].ahead):
             f = held.popleft()
             f.handle = engine.add_request(
-                self.tokenizer.encode(f.request.prompt), f.request.max_tokens,
+                f.tokens, f.request.max_tokens,
                 arrival=max(engine.sim_now, f.request.arrival_s) + RELEASE_S)
             self.live[i].append(f)
 
@@ -211,7 +212,8 @@ class Fleet:
         if attempt.held:
             self.held[index].append(InFlight(
                 request, chosen.worker, attempt, None, reason, chosen.ttft_s, held=True,
-                ahead=[f for f in self.live[index] if not f.prefilled()] + [*self.held[index]]))
+                ahead=[f for f in self.live[index] if not f.prefilled()] + [*self.held[index]],
+                tokens=tokens))
             return
         engine.sim_now = max(engine.sim_now, now)  # an idle engine waits for the arrival
         # its own arrival: a busy engine's clock is already at the end of the step in
