@@ -43,6 +43,9 @@ class WorkerCost:
     kv_usage: float = 0.0  # vllm:kv_cache_usage_perc, 0..1
     prefill: PrefillModel = field(default_factory=PrefillModel)
     gate: PrefillGate = field(default_factory=PrefillGate)  # this replica's streams
+    prefilling: list[tuple[bytes, ...]] = field(default_factory=list)  # the residency
+    # chains of this replica's requests before their first byte: the engine caches a
+    # prompt's blocks as it computes them, so a request queued behind finds them warm
 
     def queued_tokens(self, now: float | None = None) -> float:
         return self.own_queue(now) + self.shared_pending_tokens + self.engine_excess_tokens

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 from router.fleet.prefill_gate import Ticket
+from router.fleet.worker_cost import WorkerCost
 from router.fleet.workers import Worker
 from router.routing.candidate import Candidate
 from router.routing.request import RoutingRequest
@@ -25,8 +26,9 @@ from router.routing.usage import MARK, TAIL, Usage, find_usage
 
 
 class Attempt:
-    __slots__ = ("_carry", "_on_first_byte", "ahead_tokens", "candidate", "ended", "first_byte_s",
-                 "observer", "request", "stamp", "started", "stream", "ticket", "usage", "worker")
+    __slots__ = ("_carry", "_chain", "_on_first_byte", "ahead_tokens", "candidate", "ended",
+                 "first_byte_s", "observer", "request", "stamp", "started", "stream", "ticket",
+                 "usage", "worker")
 
     def __init__(self, request: RoutingRequest, candidate: Candidate, stream: bool,
                  on_first_byte: Callable[[Attempt], None], now: float | None = None,
@@ -48,6 +50,11 @@ class Attempt:
         self.ticket: Ticket | None = cost.gate.enter(hold) if stream and gated else None
         cost.dispatched(candidate.prefill_work, now, candidate.uncached_tokens,
                         fresh=self.held)
+        # its prefix is warm there for whatever queues behind it (exact residency sees
+        # the engine's own KV events instead)
+        self._chain = None if request.exact or not request.key.chain else request.key.chain
+        if self._chain is not None:
+            cost.prefilling.append(self._chain)
 
     @property
     def held(self) -> bool:
@@ -67,6 +74,7 @@ class Attempt:
         cost = self.worker.cost
         if self.ticket is not None:
             cost.gate.leave(self.ticket)
+        self._prefilled(cost)
         cost.prefilled(self.candidate.prefill_work, now)
         cost.decoding += 1
         self._on_first_byte(self)
@@ -95,6 +103,14 @@ class Attempt:
         if self.first_byte_s is None:
             if self.ticket is not None:
                 cost.gate.leave(self.ticket)
+            self._prefilled(cost)
             cost.abandoned(self.candidate.prefill_work)
         else:
             cost.decoding -= 1
+
+    def _prefilled(self, cost: WorkerCost) -> None:
+        """Its prefix is no longer being computed: resident now (recorded on first byte),
+        or never (it failed)."""
+        if self._chain is not None:
+            cost.prefilling.remove(self._chain)
+            self._chain = None

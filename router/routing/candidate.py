@@ -13,7 +13,8 @@ class Candidate:
     matched_blocks: int = 0  # leading chain blocks resident on the worker
     offloaded_blocks: int = 0  # the next ones, held in an offload tier (precise mode)
     cached_tokens: float = 0.0  # predicted prompt tokens the engine will reuse (offloaded
-    # ones weighted by what loading them saves)
+    # ones weighted by what loading them saves, and those a request ahead is computing)
+    inflight_tokens: float = 0.0  # of those, the ones a request ahead is computing there
     uncached_tokens: float = 0.0  # prompt tokens the worker must compute
     prefill_work: float = 0.0  # what that adds to its prefill queue, attention included
     # (router/fleet/prefill_model.py: token-equivalents)

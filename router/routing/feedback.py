@@ -72,7 +72,9 @@ class CacheFeedback:
             return  # exact residency follows the engine's own KV events
         self._ratio.observe(request.prompt_bytes, usage.prompt_tokens)
         stamp = attempt.stamp
-        if stamp is not None and _own_tokens(predicted, request.prompt_tokens, usage) - actual \
+        stored = predicted - attempt.candidate.inflight_tokens  # a prefix still computing
+        # there when it was sent is not the residency a shortfall would prove evicted
+        if stamp is not None and _own_tokens(stored, request.prompt_tokens, usage) - actual \
                 > COLD_BLOCKS * request.tokens_per_block:
             dropped = self._residency.drop_older(worker.id, stamp)
             m.residency_corrections.labels(worker.id).inc()

@@ -76,6 +76,19 @@ def block_chain(data: bytes, block_size: int, max_blocks: int, seed: bytes) -> t
     return tuple(chain)
 
 
+def shared_links(chain: Sequence[bytes], other: Sequence[bytes]) -> int:
+    """How many leading links two chains share: link i names the whole prefix up to
+    block i, so they share k links exactly when their k-th links are equal."""
+    lo, hi = 0, min(len(chain), len(other))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if chain[mid - 1] == other[mid - 1]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def head_blocks_covered(blocks: int, max_blocks: int) -> int:
     """How many head-sized blocks the first ``blocks`` links of a chain cover."""
     if blocks <= max_blocks:
