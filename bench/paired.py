@@ -48,6 +48,18 @@ def paired(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> tuple[flo
     return statistics.median(every), statistics.median(same or every), len(every)
 
 
+def outside(base: list[dict[str, Any]], other: list[dict[str, Any]]) -> float:
+    """The median difference, by request, of the time outside the engine's HTTP server
+    (the client's first token less the server's own, receipt to first token out): the
+    router's whole hop, its decision and a held stream's wait included, without the
+    engine's queue and prefill that placement decides. In ms; NaN without server times."""
+    ok = {r["index"]: r for r in base if r["status"] == "ok" and r.get("server_ttft_ms")}
+    diffs = [(_ttft_ms(r) - r["server_ttft_ms"]) - (_ttft_ms(mine) - mine["server_ttft_ms"])
+             for r in other if r["status"] == "ok" and r.get("server_ttft_ms")
+             and (mine := ok.get(r["index"])) is not None]
+    return statistics.median(diffs) if diffs else float("nan")
+
+
 def _cache(mine: dict[str, Any], other: dict[str, Any]) -> str:
     diff = mine["cached_tokens"] - other["cached_tokens"]
     if diff > SAME_CACHE_TOKENS:
@@ -89,7 +101,9 @@ def main(argv: list[str]) -> None:
     for policy, run in runs.items():
         if policy != base:
             every, same, n = paired(runs[base]["records"], run["records"])
-            print(f"  {policy}: median {every:+.2f}, same cached tokens {same:+.2f} ({n} requests)")
+            hop = outside(runs[base]["records"], run["records"])
+            print(f"  {policy}: median {every:+.2f}, same cached tokens {same:+.2f}, outside "
+                  f"the engine's server {hop:+.2f} ({n} requests)")
     rivals = {p: statistics.median(_ttft_ms(r) for r in run["records"] if r["status"] == "ok")
               for p, run in runs.items() if p != base}
     rival = min(rivals, key=rivals.__getitem__)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.paired import crossings, paired
+import math
+
+from bench.paired import crossings, outside, paired
 
 
 def record(index: int, ttft_s: float, cached: int = 0, status: str = "ok") -> dict:
@@ -35,3 +37,16 @@ def test_crossings_count_requests_on_either_side_of_the_others_median() -> None:
     assert round(median, 6) == 300.0
     assert above == {("warm", "same cached"): 2}
     assert below == {("ring", "more cached"): 1}
+
+
+def test_outside_pairs_the_time_around_the_engines_server() -> None:
+    """Placement moves the server's time; what is left is the router's hop."""
+    def served(index: int, ttft_s: float, server_ms: float | None) -> dict:
+        return {**record(index, ttft_s), "server_ttft_ms": server_ms}
+    base = [served(0, 0.105, 100.0), served(1, 0.306, 300.0), served(2, 0.050, 44.0),
+            served(3, 0.2, None)]  # no server time: not paired
+    # request 1 went elsewhere and took 200 ms more in the engine, 1 ms more outside
+    other = [served(0, 0.107, 100.0), served(1, 0.507, 500.0), served(2, 0.051, 44.0),
+             served(3, 0.9, 100.0)]
+    assert round(outside(base, other), 6) == 1.0  # median of +2, +1, +1 ms
+    assert math.isnan(outside(base, [served(3, 0.3, None)]))
