@@ -4,6 +4,7 @@ where it goes when capacity frees, in which order, and what a refused client is 
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 from aiohttp.test_utils import TestClient
@@ -118,8 +119,12 @@ async def test_retry_after_grows_with_the_queue_ahead(sims) -> None:
     (sim,) = sims(1)
     # the router's estimate: ~4 bytes a token; 3,000-token requests queue, 6,000 do not fit
     async with admitting([sim], max_queue_tokens=8000) as client:
+        prompts = itertools.count()
+
         def sized(tokens: int) -> dict[str, Any]:
-            return body(" ".join(["abc"] * tokens))
+            # a prompt of its own: one that shares the prefix of a request still
+            # prefilling counts that prefix as cached (router/routing/signals/residency.py)
+            return body(f"r{next(prompts)} " + " ".join(["abc"] * tokens))
 
         waiting = [asyncio.create_task(post(client, sized(3000)))]
         await dispatched_directly(client, 1)
