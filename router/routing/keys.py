@@ -76,10 +76,13 @@ def block_chain(data: bytes, block_size: int, max_blocks: int, seed: bytes) -> t
     return tuple(chain)
 
 
-def shared_links(chain: Sequence[bytes], other: Sequence[bytes]) -> int:
-    """How many leading links two chains share: link i names the whole prefix up to
-    block i, so they share k links exactly when their k-th links are equal."""
+def shared_links(chain: Sequence[bytes], other: Sequence[bytes], upto: int | None = None) -> int:
+    """How many leading links two chains share, at most ``upto``: link i names the whole
+    prefix up to block i, so they share k links exactly when their k-th links are equal,
+    and the shared length is found by bisection."""
     lo, hi = 0, min(len(chain), len(other))
+    if upto is not None:
+        hi = min(hi, upto)
     while lo < hi:
         mid = (lo + hi + 1) // 2
         if chain[mid - 1] == other[mid - 1]:

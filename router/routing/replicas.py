@@ -29,6 +29,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from router.routing.keys import shared_links
+
 
 @dataclass(slots=True)
 class _Context:
@@ -40,19 +42,6 @@ class _Context:
     depth: int = 0  # are shared by every request of the context seen since
     branches: float = 0.0  # new branches of the trunk, each decayed over idle_s, as of
     branched_at: float = 0.0
-
-
-def _shared(a: tuple[bytes, ...], b: tuple[bytes, ...], upto: int) -> int:
-    """Links a and b share from the start, at most ``upto``: a chain link names its whole
-    prefix, so the shared length is found by bisection."""
-    lo, hi = 0, min(upto, len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[mid - 1] == b[mid - 1]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 class ReplicaSets:
@@ -97,7 +86,7 @@ class ReplicaSets:
                 self._contexts.popitem(last=False)
         else:
             self._contexts.move_to_end(context)
-            record.depth = _shared(record.trunk, chain, record.depth)
+            record.depth = shared_links(record.trunk, chain, record.depth)
             record.trunk = chain
         record.replicas[worker_id] = now
         record.uses.append(now)
@@ -197,7 +186,7 @@ class ReplicaSets:
         record = self._contexts.get(context)
         if record is None or len(record.uses) < 2:
             return None
-        return _shared(record.trunk, chain, record.depth)
+        return shared_links(record.trunk, chain, record.depth)
 
     def forget_worker(self, worker_id: str) -> None:
         placed, at = self._placed.pop(worker_id, (0.0, 0.0))
